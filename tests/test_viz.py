@@ -1,0 +1,101 @@
+"""Tests for transformer_lib.viz."""
+
+import io
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from matplotlib.colors import to_rgba  # noqa: E402
+
+from transformer_lib import viz  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _restore_rc():
+    with matplotlib.rc_context():
+        yield
+    plt.close("all")
+
+
+def _contrast(c1, c2):
+    def lum(c):
+        r, g, b = (x / 12.92 if x <= 0.04045 else ((x + 0.055) / 1.055) ** 2.4 for x in to_rgba(c)[:3])
+        return 0.2126 * r + 0.7152 * g + 0.0722 * b
+
+    a, b = sorted([lum(c1), lum(c2)], reverse=True)
+    return (a + 0.05) / (b + 0.05)
+
+
+def test_book_style_is_transparent_and_grey():
+    viz.use_book_style()
+    rc = matplotlib.rcParams
+    assert rc["savefig.transparent"] is True
+    assert to_rgba(rc["figure.facecolor"])[3] == 0
+    assert to_rgba(rc["axes.facecolor"])[3] == 0
+    for key in ("text.color", "axes.labelcolor", "axes.edgecolor", "xtick.color", "ytick.color"):
+        assert _contrast(rc[key], "white") >= 3.0, key
+        assert _contrast(rc[key], "#1e1e1e") >= 3.0, key
+    assert rc["image.cmap"] in ("viridis", "magma", "cividis", "inferno")
+    assert 72 <= rc["figure.dpi"] <= 150
+
+
+def test_saved_png_has_transparent_background():
+    viz.use_book_style()
+    fig, ax = plt.subplots(figsize=(2, 2))
+    ax.plot([0, 1], [0, 1])
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
+    buf.seek(0)
+    img = plt.imread(buf)
+    assert img.shape[-1] == 4 and img[0, 0, 3] == 0
+
+
+def test_attention_heatmap_labels_and_annotations():
+    w = torch.softmax(torch.randn(3, 4, generator=torch.Generator().manual_seed(0)), dim=-1)
+    ax = viz.attention_heatmap(w, ["a", "b", "c"], ["w", "x", "y", "z"], title="t")
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["a", "b", "c"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["w", "x", "y", "z"]
+    assert ax.get_xlabel() == "key" and ax.get_ylabel() == "query" and ax.get_title() == "t"
+    texts = [t.get_text() for t in ax.texts]
+    assert len(texts) == 12 and texts[0] == format(float(w[0, 0]), ".2f")
+    assert len(ax.figure.axes) == 2  # heatmap + colorbar
+
+
+def test_annotation_colour_contrasts_with_cell():
+    w = np.array([[0.0, 1.0]])
+    ax = viz.attention_heatmap(w, ["q"], ["lo", "hi"], cmap="viridis")
+    colours = [t.get_color() for t in ax.texts]
+    assert colours == ["white", "black"]  # dark purple cell, bright yellow cell
+
+
+def test_attention_heatmap_accepts_numpy_and_existing_axes():
+    fig, ax = plt.subplots()
+    out = viz.attention_heatmap(np.eye(2), ["a", "b"], ax=ax, annotate=False)
+    assert out is ax and not ax.texts
+
+
+def test_attention_heatmap_validates_labels():
+    with pytest.raises(ValueError, match="row_labels"):
+        viz.attention_heatmap(np.eye(3), ["a", "b"])
+    with pytest.raises(ValueError, match="col_labels"):
+        viz.attention_heatmap(np.ones((2, 3)), ["a", "b"])
+    with pytest.raises(ValueError, match="weights"):
+        viz.attention_heatmap(np.ones((2, 2, 2)), ["a", "b"])
+
+
+def test_head_grid():
+    w = torch.rand(3, 2, 2)
+    fig = viz.head_grid(w, ["a", "b"], titles=["h1", "h2", "h3"])
+    heat = [ax for ax in fig.axes if ax.get_title()]
+    assert [ax.get_title() for ax in heat] == ["h1", "h2", "h3"]
+    with pytest.raises(ValueError, match="labels"):
+        viz.head_grid(w, ["a"])
+    with pytest.raises(ValueError, match="titles"):
+        viz.head_grid(w, ["a", "b"], titles=["x"])
+    with pytest.raises(ValueError, match="weights"):
+        viz.head_grid(w[0], ["a", "b"])
