@@ -1,0 +1,217 @@
+"""Tests for transformer_lib.attention (Chapter 2)."""
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from transformer_lib.attention import (
+    SelfAttention,
+    causal_mask,
+    dot_product_attention,
+    metric_attention,
+    naive_softmax,
+    query_key_attention,
+    scaled_dot_product_attention,
+    softmax,
+)
+
+TOL = dict(atol=1e-6, rtol=1e-6)
+D64 = torch.float64
+
+
+def rand(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=D64)
+
+
+# ------------------------------------------------------------------ softmax
+def test_softmax_matches_torch():
+    x = rand(3, 5, 7) * 10
+    for dim in (0, 1, -1):
+        torch.testing.assert_close(softmax(x, dim=dim), torch.softmax(x, dim=dim), **TOL)
+
+
+def test_softmax_stable_where_naive_overflows():
+    x = torch.tensor([1000.0, 999.0, 998.0])
+    assert torch.isnan(naive_softmax(x)).any()
+    p = softmax(x)
+    assert torch.isfinite(p).all()
+    torch.testing.assert_close(p, softmax(x - 1000.0))
+    torch.testing.assert_close(p.sum(), torch.tensor(1.0))
+
+
+def test_softmax_all_minus_inf_row_is_zero():
+    x = torch.tensor([[float("-inf")] * 3, [0.0, 1.0, float("-inf")]])
+    p = softmax(x)
+    assert torch.equal(p[0], torch.zeros(3))
+    assert p[1, 2] == 0 and torch.isclose(p[1].sum(), torch.tensor(1.0))
+
+
+def test_softmax_syllabus_numbers():
+    p = softmax(torch.tensor([30.0, -5, 2, -10], dtype=D64) / 16)
+    torch.testing.assert_close(p, torch.tensor([0.731, 0.082, 0.127, 0.060], dtype=D64), atol=5e-4, rtol=0)
+
+
+# ------------------------------------------------------------------ scaled dot-product attention
+@pytest.mark.parametrize("lead", [(), (3,), (2, 3)])
+@pytest.mark.parametrize("n,m,d_k,d_v", [(4, 4, 8, 8), (3, 6, 5, 2), (1, 7, 4, 3)])
+def test_sdpa_matches_torch(lead, n, m, d_k, d_v):
+    q, k, v = rand(*lead, n, d_k, seed=1), rand(*lead, m, d_k, seed=2), rand(*lead, m, d_v, seed=3)
+    out, w = scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v), **TOL)
+    assert w.shape == (*lead, n, m)
+    torch.testing.assert_close(w.sum(-1), torch.ones(*lead, n, dtype=D64), **TOL)
+
+
+@pytest.mark.parametrize("lead", [(), (2,), (2, 3)])
+def test_sdpa_bool_mask_broadcast(lead):
+    n, m, d = 5, 6, 4
+    q, k, v = rand(*lead, n, d, seed=4), rand(*lead, m, d, seed=5), rand(*lead, m, d, seed=6)
+    mask = torch.rand(n, m, generator=torch.Generator().manual_seed(7)) > 0.3
+    mask[:, 0] = True  # no fully masked row, where torch returns nan
+    out, w = scaled_dot_product_attention(q, k, v, mask=mask)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), **TOL)
+    assert torch.all(w[..., ~mask] == 0)  # masked weights are exactly zero
+    torch.testing.assert_close(w.sum(-1), torch.ones(*lead, n, dtype=D64), **TOL)
+
+
+@pytest.mark.parametrize("lead", [(), (3,), (2, 3)])
+def test_sdpa_causal_matches_is_causal(lead):
+    n, d = 6, 4
+    q, k, v = rand(*lead, n, d, seed=8), rand(*lead, n, d, seed=9), rand(*lead, n, d, seed=10)
+    out, w = scaled_dot_product_attention(q, k, v, mask=causal_mask(n))
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True), **TOL)
+    assert torch.all(w.triu(1) == 0)
+
+
+def test_sdpa_additive_bias_and_scale():
+    q, k, v = rand(2, 4, 5, 3, seed=11), rand(2, 4, 7, 3, seed=12), rand(2, 4, 7, 2, seed=13)
+    bias = rand(4, 5, 7, seed=14)  # broadcasts over the batch
+    out, _ = scaled_dot_product_attention(q, k, v, bias=bias, scale=0.3)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=0.3)
+    torch.testing.assert_close(out, ref, **TOL)
+
+
+def test_sdpa_bias_and_mask_together():
+    q, k, v = rand(3, 4, seed=15), rand(5, 4, seed=16), rand(5, 2, seed=17)
+    bias, mask = rand(3, 5, seed=18), causal_mask(3, 5)
+    out, w = scaled_dot_product_attention(q, k, v, mask=mask, bias=bias)
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.masked_fill(~mask, float("-inf")))
+    torch.testing.assert_close(out, ref, **TOL)
+    assert torch.all(w[~mask] == 0)
+
+
+def test_sdpa_fully_masked_row_gives_zeros():
+    q, k, v = rand(3, 4, seed=19), rand(5, 4, seed=20), rand(5, 2, seed=21)
+    mask = torch.ones(3, 5, dtype=torch.bool)
+    mask[1] = False
+    out, w = scaled_dot_product_attention(q, k, v, mask=mask)
+    assert torch.isfinite(out).all() and torch.isfinite(w).all()
+    assert torch.equal(w[1], torch.zeros(5, dtype=D64)) and torch.equal(out[1], torch.zeros(2, dtype=D64))
+
+
+def test_sdpa_float32_works():
+    q = torch.randn(2, 3, 4)
+    out, w = scaled_dot_product_attention(q, q, q)
+    assert out.dtype == w.dtype == torch.float32
+
+
+# ------------------------------------------------------------------ causal mask
+def test_causal_mask_square_is_tril():
+    assert torch.equal(causal_mask(5), torch.ones(5, 5, dtype=torch.bool).tril())
+
+
+def test_causal_mask_bottom_right_aligned():
+    mask = causal_mask(2, 5)  # two new queries after three cached keys
+    expected = torch.tensor([[1, 1, 1, 1, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)
+    assert torch.equal(mask, expected)
+    assert torch.equal(causal_mask(3, 7), causal_mask(7)[-3:])
+
+
+# ------------------------------------------------------------------ running example (syllabus)
+X = torch.tensor([[1, 0, 1, 0, 1, 0, 0, 1], [0, 1, 0, 1, 0, 1, 1, 0],
+                  [1, 1, 0, 0, 1, 1, 0, 0], [0, 0, 1, 1, 0, 0, 1, 1]], dtype=D64)
+W_Q = torch.tensor([[1, 0, 0, 1], [0, 1, 0, 0], [0, 0, 1, 0], [1, 0, 0, 0],
+                    [0, 1, 0, 0], [0, 0, 0, 1], [0, 0, 1, 0], [0, 0, 0, 1]], dtype=D64)
+W_K = torch.tensor([[0, 1, 0, 0], [1, 0, 0, 1], [0, 0, 1, 0], [0, 0, 0, 1],
+                    [1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]], dtype=D64)
+W_V = torch.tensor([[1, 0, 0, 0], [0, 0, 1, 0], [0, 1, 0, 0], [0, 0, 0, 1],
+                    [0, 0, 1, 0], [1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 0, 1]], dtype=D64)
+
+
+def test_running_example_self_attention():
+    layer = SelfAttention.from_matrices(W_Q, W_K, W_V)
+    Z, A = layer(X, return_weights=True)
+    Q, K, V = X @ W_Q, X @ W_K, X @ W_V
+    S = Q @ K.T
+    assert S[0, 1] != S[1, 0]  # asymmetric
+    torch.testing.assert_close(A, torch.softmax(S / 2, dim=-1), **TOL)
+    torch.testing.assert_close(Z, A @ V, **TOL)
+    A_rounded = torch.tensor([[.143, .387, .235, .235], [.189, .311, .311, .189],
+                              [.114, .309, .509, .069], [.167, .276, .102, .455]], dtype=D64)
+    torch.testing.assert_close(A, A_rounded, atol=5e-4, rtol=0)
+
+
+def test_four_stages():
+    Y1, A1 = dot_product_attention(X, return_weights=True)
+    torch.testing.assert_close(Y1, torch.softmax(X @ X.T, -1) @ X, **TOL)
+    torch.testing.assert_close(A1.sum(-1), torch.ones(4, dtype=D64), **TOL)
+    W_s = rand(8, 3, seed=22)
+    Y2 = metric_attention(X, W_s)
+    torch.testing.assert_close(Y2, torch.softmax(X @ W_s @ W_s.T @ X.T, -1) @ X, **TOL)
+    Y3, A3 = query_key_attention(X, W_Q, W_K, return_weights=True)
+    torch.testing.assert_close(Y3, torch.softmax((X @ W_Q) @ (X @ W_K).T, -1) @ X, **TOL)
+    assert not torch.allclose(A3, A3.T)
+
+
+def test_self_attention_cross_and_mask():
+    torch.manual_seed(0)
+    layer = SelfAttention(6, 4, 3, bias=True).double()
+    x, ctx = rand(2, 5, 6, seed=23), rand(2, 7, 6, seed=24)
+    out, w = layer(x, context=ctx, return_weights=True)
+    assert out.shape == (2, 5, 3) and w.shape == (2, 5, 7)
+    ref = F.scaled_dot_product_attention(layer.W_q(x), layer.W_k(ctx), layer.W_v(ctx))
+    torch.testing.assert_close(out, ref, **TOL)
+    out_c = layer(x, mask=causal_mask(5))
+    ref_c = F.scaled_dot_product_attention(layer.W_q(x), layer.W_k(x), layer.W_v(x), is_causal=True)
+    torch.testing.assert_close(out_c, ref_c, **TOL)
+
+
+def test_permutation_equivariance():
+    layer = SelfAttention.from_matrices(W_Q, W_K, W_V)
+    P = torch.eye(4, dtype=D64)[torch.tensor([2, 0, 3, 1])]
+    torch.testing.assert_close(layer(P @ X), P @ layer(X), **TOL)
+
+
+# ------------------------------------------------------------------ errors
+def test_error_qk_width_mismatch():
+    with pytest.raises(ValueError, match=r"k: expected last dim d_k=4 .*got 5"):
+        scaled_dot_product_attention(torch.ones(3, 4), torch.ones(3, 5), torch.ones(3, 2))
+
+
+def test_error_v_length_mismatch():
+    with pytest.raises(ValueError, match=r"v: expected 3 rows .*got 4"):
+        scaled_dot_product_attention(torch.ones(3, 4), torch.ones(3, 4), torch.ones(4, 2))
+
+
+def test_error_mask_wrong_size():
+    with pytest.raises(ValueError, match=r"mask: expected a shape broadcastable to \(2, 3, 5\), got \(3, 3\)"):
+        scaled_dot_product_attention(torch.ones(2, 3, 4), torch.ones(2, 5, 4), torch.ones(2, 5, 2),
+                                     mask=torch.ones(3, 3, dtype=torch.bool))
+
+
+def test_error_mask_not_bool_and_bias_shape():
+    q = torch.ones(3, 4)
+    with pytest.raises(TypeError, match=r"mask: expected dtype torch.bool"):
+        scaled_dot_product_attention(q, q, q, mask=torch.ones(3, 3))
+    with pytest.raises(ValueError, match=r"bias: expected a shape broadcastable to \(3, 3\), got \(2, 3\)"):
+        scaled_dot_product_attention(q, q, q, bias=torch.ones(2, 3))
+    with pytest.raises(TypeError, match=r"q: expected a torch.Tensor, got list"):
+        scaled_dot_product_attention([[1.0]], q, q)
+
+
+def test_error_self_attention_input_width():
+    layer = SelfAttention(6, 4)
+    with pytest.raises(ValueError, match=r"x: expected shape \(…, len, d_model=6\), got \(5, 4\)"):
+        layer(torch.ones(5, 4))

@@ -1,0 +1,30 @@
+"""transformer_lib: the small library behind the course *Attention and Transformers*.
+
+One module per idea; import from the modules, e.g. ``from transformer_lib.attention import softmax``.
+
+- ``embedding``   one-hot, embedding lookup, fixed mixing, Nadaraya–Watson  (Chapter 1)
+- ``attention``   softmax, scaled dot-product attention, causal mask, SelfAttention  (Chapter 2)
+- ``block``       LayerNorm, RMSNorm, MLP, TransformerBlock  (Chapters 3–4)
+- ``multihead``   split/merge heads, MultiHeadAttention  (Chapter 5)
+- ``positional``  sinusoidal, learned, RoPE, ALiBi  (Chapter 6)
+- ``config``, ``model``  ModelConfig, the decoder-only GPT  (Chapter 7)
+- ``moe``         Router, MoELayer, load-balancing loss  (Chapter 8)
+- ``counting``    parameter and FLOP counting  (Chapter 9)
+- ``viz``, ``data``, ``train``, ``grading``  figures, toy data, training loop, exercise checks
+"""
+
+__all__ = [
+    "embedding",
+    "attention",
+    "block",
+    "multihead",
+    "positional",
+    "config",
+    "model",
+    "moe",
+    "counting",
+    "viz",
+    "data",
+    "train",
+    "grading",
+]
