@@ -1,0 +1,112 @@
+"""One dataclass that describes a transformer's architecture.
+
+`ModelConfig` holds every choice that changes a parameter or FLOP count: widths, depth,
+heads and key/value heads (GQA), MLP kind (GELU or SwiGLU), norm kind, biases, tied
+embeddings, positional scheme, plus the extras of BERT-style encoders (token types, an
+embedding norm, a pooler). `transformer_lib.model.GPT` builds a model from it and
+`transformer_lib.counting` counts it. Chapters 7 and 9.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MLP_KINDS = ("relu", "gelu", "gelu_tanh", "swiglu")
+NORM_KINDS = ("layernorm", "rmsnorm")
+POSITIONAL_KINDS = ("learned", "sinusoidal", "rope", "alibi", "none")
+
+
+def _check_positive(name: str, value: object, allow_zero: bool = False) -> None:
+    """Raise unless `value` is an int > 0 (or >= 0 with `allow_zero`). Chapter 9."""
+    low = 0 if allow_zero else 1
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name}: expected an int, got {type(value).__name__} ({value!r})")
+    if value < low:
+        raise ValueError(f"{name}: expected an int >= {low}, got {value}")
+
+
+def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
+    """Raise unless `value` is one of `choices`. Chapter 9."""
+    if value not in choices:
+        raise ValueError(f"{name}: expected one of {', '.join(map(repr, choices))}, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Architecture of a decoder-only (GPT, LLaMA) or encoder-only (BERT) transformer.
+
+    Required: `vocab_size` V, `n_ctx` (maximum sequence length), `d_model` d, `n_layers` L,
+    `n_heads` h. Defaults give a GPT-2-like pre-norm decoder:
+    - `d_ff=None` -> 4·d_model; `n_kv_heads=None` -> n_heads (fewer = grouped-query attention);
+    - `mlp`: 'relu' | 'gelu' | 'gelu_tanh' (GPT-2's `gelu_new`) | 'swiglu' (three matrices);
+    - `norm`: 'layernorm' | 'rmsnorm'; `norm_first` (pre-norm) or post-norm; `norm_eps`;
+    - `bias`: biases in every linear layer (and LayerNorm); `tied_embeddings`: the
+      unembedding reuses the token embedding matrix;
+    - `positional`: 'learned' | 'sinusoidal' | 'rope' | 'alibi' | 'none';
+    - `causal`: decoder (True) or bidirectional encoder (False);
+    - BERT extras: `n_token_types` (segment embeddings, 0 = none), `embedding_norm` (a norm
+      right after the embeddings), `final_norm` (a norm after the last block), `pooler`
+      (a d×d tanh layer on the first token), `lm_head` (an unembedding to V logits).
+    Derived: `d_head` = d_model / n_heads, `kv_dim` = n_kv_heads · d_head, `n_groups`.
+    Chapters 7 and 9.
+    """
+
+    vocab_size: int
+    n_ctx: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+    d_ff: int | None = None
+    n_kv_heads: int | None = None
+    mlp: str = "gelu"
+    norm: str = "layernorm"
+    norm_first: bool = True
+    bias: bool = True
+    tied_embeddings: bool = True
+    positional: str = "learned"
+    causal: bool = True
+    norm_eps: float = 1e-5
+    n_token_types: int = 0
+    embedding_norm: bool = False
+    final_norm: bool = True
+    pooler: bool = False
+    lm_head: bool = True
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "n_ctx", "d_model", "n_layers", "n_heads"):
+            _check_positive(name, getattr(self, name))
+        _check_positive("n_token_types", self.n_token_types, allow_zero=True)
+        if self.d_ff is None:
+            object.__setattr__(self, "d_ff", 4 * self.d_model)
+        if self.n_kv_heads is None:
+            object.__setattr__(self, "n_kv_heads", self.n_heads)
+        _check_positive("d_ff", self.d_ff)
+        _check_positive("n_kv_heads", self.n_kv_heads)
+        if self.d_model % self.n_heads:
+            raise ValueError(f"d_model: expected a multiple of n_heads={self.n_heads}, "
+                             f"got d_model={self.d_model}")
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(f"n_kv_heads: expected a divisor of n_heads={self.n_heads}, "
+                             f"got n_kv_heads={self.n_kv_heads}")
+        if self.positional == "rope" and self.d_head % 2:
+            raise ValueError(f"d_model: expected an even d_head for positional='rope', "
+                             f"got d_head={self.d_head}")
+        _check_choice("mlp", self.mlp, MLP_KINDS)
+        _check_choice("norm", self.norm, NORM_KINDS)
+        _check_choice("positional", self.positional, POSITIONAL_KINDS)
+        if not self.norm_eps > 0:
+            raise ValueError(f"norm_eps: expected a float > 0, got {self.norm_eps!r}")
+
+    @property
+    def d_head(self) -> int:
+        """Width of one head, d_k = d_model / n_heads. Chapter 9."""
+        return self.d_model // self.n_heads
+
+    @property
+    def kv_dim(self) -> int:
+        """Output width of W_K and W_V: n_kv_heads · d_head (= d_model without GQA). Chapter 9."""
+        return self.n_kv_heads * self.d_head
+
+    @property
+    def n_groups(self) -> int:
+        """Query heads that share one key/value head (1 = plain multi-head). Chapter 9."""
+        return self.n_heads // self.n_kv_heads
