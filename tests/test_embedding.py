@@ -1,0 +1,177 @@
+"""Tests for transformer_lib.embedding (Chapter 1)."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from transformer_lib.embedding import (
+    FixedMixing,
+    embed,
+    gaussian_kernel,
+    nadaraya_watson,
+    one_hot,
+)
+
+
+def test_one_hot_matches_torch():
+    ids = torch.tensor([[0, 3, 2], [4, 4, 1]])
+    expected = F.one_hot(ids, num_classes=5).float()
+    assert torch.equal(one_hot(ids, 5), expected)
+    assert one_hot(ids, 5, dtype=torch.float64).dtype == torch.float64
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_embed_equals_one_hot_product_and_nn_embedding(dtype):
+    g = torch.Generator().manual_seed(0)
+    W_E = torch.randn(7, 4, generator=g, dtype=dtype)
+    ids = torch.tensor([[6, 0, 3], [3, 3, 5]])
+    table = nn.Embedding(7, 4).to(dtype)
+    with torch.no_grad():
+        table.weight.copy_(W_E)
+    assert torch.equal(embed(ids, W_E), table(ids))
+    assert torch.equal(one_hot(ids, 7, dtype=dtype) @ W_E, W_E[ids])
+    assert embed(ids, W_E).shape == (2, 3, 4)
+
+
+def test_same_token_same_vector():
+    W_E = torch.randn(5, 3, generator=torch.Generator().manual_seed(1))
+    out = embed(torch.tensor([2, 0, 2, 4, 2]), W_E)
+    assert torch.equal(out[0], out[2]) and torch.equal(out[0], out[4])
+
+
+@pytest.mark.parametrize("fn", [lambda ids: one_hot(ids, 5), lambda ids: embed(ids, torch.zeros(5, 2))])
+def test_float_ids_raise_type_error(fn):
+    with pytest.raises(TypeError, match=r"ids: expected an integer dtype.*got torch.float32"):
+        fn(torch.tensor([0.0, 1.0]))
+    with pytest.raises(TypeError, match=r"ids: expected an integer dtype.*got torch.bool"):
+        fn(torch.tensor([True, False]))
+    with pytest.raises(TypeError, match=r"ids: expected an integer torch.Tensor, got list"):
+        fn([0, 1])
+
+
+@pytest.mark.parametrize("bad", [[0, 5], [-1, 2]])
+def test_ids_out_of_range_raise_value_error(bad):
+    ids = torch.tensor(bad)
+    with pytest.raises(ValueError, match=r"ids: expected values in \[0, 5\), got min -?\d+ and max \d+"):
+        one_hot(ids, 5)
+    with pytest.raises(ValueError, match=r"ids: expected values in \[0, 5\)"):
+        embed(ids, torch.zeros(5, 2))
+
+
+def test_bad_num_classes_and_table():
+    with pytest.raises(ValueError, match=r"num_classes: expected a positive int, got 0"):
+        one_hot(torch.tensor([0]), 0)
+    with pytest.raises(ValueError, match=r"W_E: expected a 2-D tensor of shape \(C, d\), got \(5,\)"):
+        embed(torch.tensor([0]), torch.zeros(5))
+
+
+def test_fixed_mixing_forward_matches_matmul():
+    layer = FixedMixing(4, generator=torch.Generator().manual_seed(0))
+    assert layer.weight.shape == (4, 4)
+    x = torch.randn(2, 4, 3, generator=torch.Generator().manual_seed(1))
+    torch.testing.assert_close(layer(x), layer.weight @ x, atol=0, rtol=0)
+    expected = torch.einsum("ij,bjd->bid", layer.weight, x)
+    torch.testing.assert_close(layer(x), expected, atol=1e-6, rtol=1e-6)
+    assert layer(x.double()).dtype == torch.float64
+
+
+def test_fixed_mixing_seeded_and_from_weight():
+    a = FixedMixing(3, generator=torch.Generator().manual_seed(5))
+    b = FixedMixing(3, generator=torch.Generator().manual_seed(5))
+    assert torch.equal(a.weight, b.weight)
+    W = torch.arange(9.0).reshape(3, 3)
+    layer = FixedMixing.from_weight(W)
+    assert torch.equal(layer.weight, W) and layer.weight.data_ptr() != W.data_ptr()
+
+
+def test_fixed_mixing_wrong_set_size_message():
+    layer = FixedMixing(5)
+    with pytest.raises(ValueError, match=r"x: expected a set of n=5 elements.*got shape \(7, 3\) with 7 elements"):
+        layer(torch.zeros(7, 3))
+    with pytest.raises(ValueError, match=r"x: expected a set of n=5 elements.*got shape \(5,\)"):
+        layer(torch.zeros(5))
+    with pytest.raises(ValueError, match=r"x: expected feature width d=2, got shape \(5, 3\)"):
+        FixedMixing(5, d=2)(torch.zeros(5, 3))
+
+
+def test_fixed_mixing_bad_arguments():
+    with pytest.raises(ValueError, match=r"n: expected a positive int, got 0"):
+        FixedMixing(0)
+    with pytest.raises(ValueError, match=r"d: expected None or a positive int, got -1"):
+        FixedMixing(3, d=-1)
+    with pytest.raises(ValueError, match=r"weight: expected a square 2-D tensor \(n, n\), got \(2, 3\)"):
+        FixedMixing.from_weight(torch.zeros(2, 3))
+
+
+def test_fixed_mixing_permutation():
+    g = torch.Generator().manual_seed(0)
+    n = 5
+    x = torch.randn(n, 3, generator=g, dtype=torch.float64)
+    P = torch.eye(n, dtype=torch.float64)[torch.tensor([3, 0, 4, 1, 2])]
+    random_layer = FixedMixing.from_weight(torch.randn(n, n, generator=g, dtype=torch.float64))
+    assert (random_layer(P @ x) - P @ random_layer(x)).abs().max() > 0.1
+    ones = torch.ones(n, n, dtype=torch.float64)
+    commuting = FixedMixing.from_weight(0.7 * torch.eye(n, dtype=torch.float64) - 0.2 * ones)
+    torch.testing.assert_close(commuting(P @ x), P @ commuting(x), atol=1e-12, rtol=0)
+
+
+def test_gaussian_kernel_values_and_errors():
+    u = torch.tensor([0.0, 1.0, -2.0], dtype=torch.float64)
+    expected = torch.exp(-(u**2) / (2 * 0.5**2))
+    torch.testing.assert_close(gaussian_kernel(u, 0.5), expected, atol=1e-15, rtol=0)
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match=r"bandwidth: expected a finite number > 0, got"):
+            gaussian_kernel(u, bad)
+
+
+def _toy(m=20, q=7):
+    g = torch.Generator().manual_seed(0)
+    x_train = torch.rand(m, generator=g, dtype=torch.float64) * 6
+    y_train = torch.sin(x_train) + 0.3 * torch.randn(m, generator=g, dtype=torch.float64)
+    x_query = torch.linspace(-1, 7, q, dtype=torch.float64)
+    return x_query, x_train, y_train
+
+
+def test_nadaraya_watson_weights_are_distributions():
+    x_query, x_train, y_train = _toy()
+    pred, weights = nadaraya_watson(x_query, x_train, y_train, 0.4)
+    assert pred.shape == (7,) and weights.shape == (7, 20)
+    assert (weights >= 0).all()
+    torch.testing.assert_close(weights.sum(-1), torch.ones(7, dtype=torch.float64), atol=1e-12, rtol=0)
+    assert (pred >= y_train.min()).all() and (pred <= y_train.max()).all()
+
+
+def test_nadaraya_watson_equals_explicit_loop():
+    x_query, x_train, y_train = _toy()
+    h = 0.7
+    pred, weights = nadaraya_watson(x_query, x_train, y_train, h)
+    for a, xq in enumerate(x_query):
+        k = [float(gaussian_kernel(xq - xi, h)) for xi in x_train]
+        total = sum(k)
+        expected_pred = sum(ki * float(yi) for ki, yi in zip(k, y_train)) / total
+        assert abs(float(pred[a]) - expected_pred) < 1e-12
+        for i, ki in enumerate(k):
+            assert abs(float(weights[a, i]) - ki / total) < 1e-12
+
+
+def test_nadaraya_watson_bandwidth_limits():
+    _, x_train, y_train = _toy()
+    pred_small, _ = nadaraya_watson(x_train, x_train, y_train, 1e-4)
+    torch.testing.assert_close(pred_small, y_train, atol=1e-12, rtol=0)
+    pred_large, _ = nadaraya_watson(x_train, x_train, y_train, 1e5)
+    torch.testing.assert_close(pred_large, y_train.mean().expand(20), atol=1e-8, rtol=0)
+
+
+def test_nadaraya_watson_errors():
+    x = torch.zeros(4)
+    with pytest.raises(ValueError, match=r"x_query: expected a 1-D tensor, got shape \(2, 2\)"):
+        nadaraya_watson(torch.zeros(2, 2), x, x, 1.0)
+    with pytest.raises(ValueError, match=r"x_train: expected a 1-D tensor, got shape \(4, 1\)"):
+        nadaraya_watson(x, torch.zeros(4, 1), x, 1.0)
+    with pytest.raises(ValueError, match=r"y_train: expected shape \(4,\) like x_train, got \(3,\)"):
+        nadaraya_watson(x, x, torch.zeros(3), 1.0)
+    with pytest.raises(ValueError, match=r"x_train: expected at least one training point"):
+        nadaraya_watson(x, torch.zeros(0), torch.zeros(0), 1.0)
+    with pytest.raises(ValueError, match=r"bandwidth: expected a finite number > 0, got 0"):
+        nadaraya_watson(x, x, x, 0)
