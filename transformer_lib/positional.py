@@ -1,0 +1,192 @@
+"""Positional information: sinusoidal, learned, rotary (RoPE) and ALiBi.
+
+Attention by itself is permutation-equivariant; the functions here inject the order of
+the tokens, either into the inputs (sinusoidal, learned), into queries and keys (RoPE),
+or into the attention scores (ALiBi).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+__all__ = [
+    "sinusoidal_encoding",
+    "LearnedPositionalEmbedding",
+    "rope_angles",
+    "rope_cos_sin",
+    "rotate_half",
+    "apply_rope",
+    "alibi_slopes",
+    "alibi_bias",
+]
+
+
+def _check_positive_int(value: int, name: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
+
+
+def sinusoidal_encoding(n: int, d: int, base: float = 10000.0, dtype: torch.dtype = torch.float32) -> Tensor:
+    """Fixed sinusoidal encodings ``() -> (n, d)``.
+
+    ``p[i, 2k] = sin(i / base^(2k/d))`` and ``p[i, 2k+1] = cos(i / base^(2k/d))``: each pair of
+    columns is a clock turning at its own frequency, fast in the first columns and slow in
+    the last ones. No parameters; any ``n``. Chapter 6.
+    """
+    _check_positive_int(n, "n")
+    _check_positive_int(d, "d")
+    pos = torch.arange(n, dtype=torch.float64)[:, None]                  # (n, 1)
+    two_k = torch.arange(0, d, 2, dtype=torch.float64)                     # (ceil(d/2),)
+    angle = pos / base ** (two_k / d)                                      # (n, ceil(d/2))
+    p = torch.empty(n, d, dtype=torch.float64)
+    p[:, 0::2] = torch.sin(angle)
+    p[:, 1::2] = torch.cos(angle[:, : d // 2])
+    return p.to(dtype)
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """A trained vector per position, as in BERT and GPT-2: ``weight`` of shape ``(n_ctx, d)``.
+
+    ``forward(n)`` returns the first n rows ``(n, d)``; ``forward(positions)`` with an integer
+    tensor ``(…,)`` returns ``(…, d)``. Positions at or past ``n_ctx`` have no vector, which
+    is why learned embeddings cannot extrapolate. Chapter 6.
+    """
+
+    def __init__(self, n_ctx: int, d: int, init_std: float = 0.02) -> None:
+        super().__init__()
+        _check_positive_int(n_ctx, "n_ctx")
+        _check_positive_int(d, "d")
+        self.n_ctx, self.d = n_ctx, d
+        self.weight = nn.Parameter(torch.randn(n_ctx, d) * init_std)
+
+    def forward(self, positions: int | Tensor) -> Tensor:
+        """``n`` -> ``(n, d)``, or integer positions ``(…,)`` -> ``(…, d)``. Chapter 6."""
+        if isinstance(positions, int):
+            _check_positive_int(positions, "n")
+            if positions > self.n_ctx:
+                raise ValueError(f"n: expected at most n_ctx={self.n_ctx} positions, got {positions}")
+            return self.weight[:positions]
+        if positions.is_floating_point():
+            raise TypeError(f"positions: expected an integer tensor, got dtype {positions.dtype}")
+        if positions.numel() and (positions.min() < 0 or positions.max() >= self.n_ctx):
+            raise ValueError(
+                f"positions: expected values in [0, n_ctx={self.n_ctx}), got range "
+                f"[{int(positions.min())}, {int(positions.max())}]"
+            )
+        return self.weight[positions]
+
+    def extra_repr(self) -> str:
+        return f"n_ctx={self.n_ctx}, d={self.d}"
+
+
+def _positions(positions: int | Tensor | None, n: int, device: torch.device | None) -> Tensor:
+    """None -> arange(n); int offset t -> arange(t, t + n); tensor (n,) -> itself (float64)."""
+    if positions is None:
+        return torch.arange(n, dtype=torch.float64, device=device)
+    if isinstance(positions, int):
+        return torch.arange(positions, positions + n, dtype=torch.float64, device=device)
+    positions = torch.as_tensor(positions, device=device)
+    if positions.dim() != 1 or positions.shape[0] != n:
+        raise ValueError(f"positions: expected shape ({n},) to match x's n={n}, got {tuple(positions.shape)}")
+    return positions.to(torch.float64)
+
+
+def rope_angles(positions: Tensor, d: int, base: float = 10000.0) -> Tensor:
+    """Rotation angles ``(n,) -> (n, d/2)``: ``θ[i, k] = positions[i] / base^(2k/d)``. Chapter 6."""
+    if d % 2:
+        raise ValueError(f"d: expected an even dimension for RoPE, got {d}")
+    inv_freq = 1.0 / base ** (torch.arange(0, d, 2, dtype=torch.float64, device=positions.device) / d)
+    return positions.to(torch.float64)[:, None] * inv_freq[None, :]
+
+
+def rope_cos_sin(
+    positions: Tensor, d: int, base: float = 10000.0, dtype: torch.dtype = torch.float32
+) -> tuple[Tensor, Tensor]:
+    """``cos, sin`` of shape ``(n, d)``, each angle repeated for dims k and k + d/2 (LLaMA layout).
+
+    Computed in float64, returned in ``dtype``. Chapter 6.
+    """
+    theta = rope_angles(positions, d, base)
+    emb = torch.cat([theta, theta], dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def rotate_half(x: Tensor) -> Tensor:
+    """``(…, d) -> (…, d)``: ``[x1, x2] -> [-x2, x1]`` with x1, x2 the two halves. Chapter 6."""
+    half = x.shape[-1] // 2
+    return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
+
+
+def apply_rope(x: Tensor, positions: int | Tensor | None = None, base: float = 10000.0) -> Tensor:
+    """Rotary position embedding ``(…, n, d) -> (…, n, d)``.
+
+    Dimension pairs ``(k, k + d/2)`` of the vector at position p are rotated by the angle
+    ``p / base^(2k/d)`` (the rotate-half layout of LLaMA-family code). Applied to queries and
+    keys, the score ``q_mᵀ k_n`` then depends on positions only through ``m − n``.
+    ``positions``: None for ``0…n−1``, an int offset t for ``t…t+n−1`` (KV cache), or a
+    tensor ``(n,)``. Chapter 6.
+    """
+    if x.dim() < 2:
+        raise ValueError(f"x: expected shape (…, n, d), got {tuple(x.shape)}")
+    n, d = x.shape[-2], x.shape[-1]
+    if d % 2:
+        raise ValueError(f"x: expected an even last dimension d for RoPE, got shape {tuple(x.shape)}")
+    pos = _positions(positions, n, x.device)
+    dtype = x.dtype if x.is_floating_point() else torch.float32
+    cos, sin = rope_cos_sin(pos, d, base, dtype)
+    return x * cos + rotate_half(x) * sin
+
+
+def alibi_slopes(n_heads: int, dtype: torch.dtype = torch.float32) -> Tensor:
+    """Head-specific ALiBi slopes ``() -> (n_heads,)``.
+
+    For h a power of two: ``2^(-8 i / h)`` for i = 1…h (h = 8: 1/2, 1/4, …, 1/256). Otherwise,
+    with p the largest power of two below h, the p slopes for p heads followed by every other
+    slope for 2p heads (1st, 3rd, …), as in BLOOM. Chapter 6.
+    """
+    _check_positive_int(n_heads, "n_heads")
+
+    def geometric(h: int) -> list[float]:
+        return [2.0 ** (-8.0 * i / h) for i in range(1, h + 1)]
+
+    p = 2 ** int(math.floor(math.log2(n_heads)))
+    slopes = geometric(p) + geometric(2 * p)[0::2][: n_heads - p]
+    return torch.tensor(slopes, dtype=torch.float64).to(dtype)
+
+
+def alibi_bias(
+    n: int,
+    n_heads: int,
+    m: int | None = None,
+    *,
+    symmetric: bool = True,
+    dtype: torch.dtype = torch.float32,
+    device: torch.device | None = None,
+) -> Tensor:
+    """Additive ALiBi score bias ``() -> (n_heads, n, m)``, to add to ``QKᵀ/√d_k`` before softmax.
+
+    Query i sits at position ``i + (m − n)`` (bottom-right aligned, so a query block of n
+    positions after ``m − n`` cached keys lines up like ``causal_mask``); with the signed
+    distance ``δ_ij = i + (m − n) − j``:
+
+    - ``symmetric=True`` (default): ``−slope_h · |δ_ij|``, a recency penalty in both
+      directions (the form used for bidirectional attention); on the entries a causal mask
+      keeps (``δ ≥ 0``) it is exactly the causal ALiBi bias.
+    - ``symmetric=False``: ``−slope_h · δ_ij``, linear in j; future keys get a positive bias
+      and must be masked. BLOOM adds ``slope_h · j``, which differs by the per-row constant
+      ``slope_h · (i + m − n)``, a shift softmax ignores.
+
+    Chapter 6.
+    """
+    _check_positive_int(n, "n")
+    m = n if m is None else m
+    _check_positive_int(m, "m")
+    i = torch.arange(n, dtype=torch.float64, device=device)[:, None] + (m - n)
+    j = torch.arange(m, dtype=torch.float64, device=device)[None, :]
+    delta = i - j
+    distance = delta.abs() if symmetric else delta
+    slopes = alibi_slopes(n_heads, torch.float64).to(device)
+    return (-slopes[:, None, None] * distance).to(dtype)
