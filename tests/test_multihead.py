@@ -1,0 +1,225 @@
+"""Tests for transformer_lib.multihead (Chapter 5, with the options of Chapters 6, 7 and 9)."""
+import pytest
+import torch
+from torch import nn
+from torch.utils.flop_counter import FlopCounterMode
+
+from transformer_lib.attention import causal_mask, scaled_dot_product_attention
+from transformer_lib.multihead import MultiHeadAttention, merge_heads, split_heads
+
+TOL = dict(atol=1e-6, rtol=1e-6)
+D64 = torch.float64
+
+
+def rand(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=D64)
+
+
+def make(d, h, seed=0, **kw):
+    torch.manual_seed(seed)
+    return MultiHeadAttention(d, h, **kw).double().eval()
+
+
+# ------------------------------------------------------------------ split / merge
+def test_split_merge_roundtrip():
+    x = rand(2, 5, 12)
+    s = split_heads(x, 3)
+    assert s.shape == (2, 3, 5, 4)
+    torch.testing.assert_close(s[:, 1], x[..., 4:8], atol=0, rtol=0)  # head i = columns i·d_k…
+    torch.testing.assert_close(merge_heads(s), x, atol=0, rtol=0)
+    assert split_heads(x[0], 3).shape == (3, 5, 4)
+
+
+def test_running_example_two_heads():
+    X = torch.tensor([[1, 0, 1, 0, 1, 0, 0, 1], [0, 1, 0, 1, 0, 1, 1, 0],
+                      [1, 1, 0, 0, 1, 1, 0, 0], [0, 0, 1, 1, 0, 0, 1, 1]], dtype=D64)
+    W_Q = torch.tensor([[1, 0, 0, 1], [0, 1, 0, 0], [0, 0, 1, 0], [1, 0, 0, 0],
+                        [0, 1, 0, 0], [0, 0, 0, 1], [0, 0, 1, 0], [0, 0, 0, 1]], dtype=D64)
+    W_K = torch.tensor([[0, 1, 0, 0], [1, 0, 0, 1], [0, 0, 1, 0], [0, 0, 0, 1],
+                        [1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]], dtype=D64)
+    q, k = split_heads(X @ W_Q, 2), split_heads(X @ W_K, 2)
+    S = q @ k.transpose(-2, -1)
+    S1 = torch.tensor([[2, 2, 4, 0], [2, 2, 4, 0], [3, 3, 6, 0], [1, 1, 2, 0]], dtype=D64)
+    S2 = torch.tensor([[3, 5, 2, 6], [2, 3, 1, 4], [2, 4, 2, 4], [3, 4, 1, 6]], dtype=D64)
+    torch.testing.assert_close(S, torch.stack([S1, S2]), atol=0, rtol=0)
+    _, A = scaled_dot_product_attention(q, k, q)
+    torch.testing.assert_close(A[:, 0], torch.tensor([[.157, .157, .647, .038], [.072, .295, .035, .598]],
+                                                     dtype=D64), atol=5e-4, rtol=0)
+
+
+# ------------------------------------------------------------------ equals torch.nn.MultiheadAttention
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("h", [1, 2, 4])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("batched", [True, False])
+def test_from_torch_matches(bias, h, causal, batched):
+    d, n = 8, 5
+    torch.manual_seed(h)
+    ref = nn.MultiheadAttention(d, h, bias=bias, batch_first=True).double().eval()
+    ours = MultiHeadAttention.from_torch(ref).eval()
+    x = rand(2, n, d, seed=1) if batched else rand(n, d, seed=1)
+    cm = causal_mask(n)
+    # torch's attn_mask uses the OPPOSITE convention: True = NOT allowed, hence ~cm
+    tmask = ~cm if causal else None
+    ref_out, ref_w = ref(x, x, x, attn_mask=tmask, need_weights=True, average_attn_weights=False)
+    out, w = ours(x, mask=cm if causal else None, return_weights=True)
+    torch.testing.assert_close(out, ref_out, **TOL)
+    torch.testing.assert_close(w, ref_w, **TOL)
+    _, ref_avg = ref(x, x, x, attn_mask=tmask, need_weights=True, average_attn_weights=True)
+    torch.testing.assert_close(w.mean(dim=-3), ref_avg, **TOL)
+    if causal:
+        assert torch.all(ref_w.triu(1) == 0)  # confirms torch's mask convention
+        ours.causal = True
+        torch.testing.assert_close(ours(x), ref_out, **TOL)
+
+
+def test_cross_attention_matches_torch():
+    torch.manual_seed(0)
+    ref = nn.MultiheadAttention(8, 2, batch_first=True).double().eval()
+    ours = MultiHeadAttention.from_torch(ref)
+    x, ctx = rand(3, 4, 8, seed=2), rand(3, 6, 8, seed=3)
+    out, w = ours(x, context=ctx, return_weights=True)
+    ref_out, ref_w = ref(x, ctx, ctx, average_attn_weights=False)
+    assert w.shape == (3, 2, 4, 6)
+    torch.testing.assert_close(out, ref_out, **TOL)
+    torch.testing.assert_close(w, ref_w, **TOL)
+
+
+def test_loop_over_heads_equals_reshape():
+    d, h, n = 12, 3, 5
+    mha = make(d, h)
+    x = rand(2, n, d, seed=4)
+    d_k = d // h
+    heads = []
+    for i in range(h):  # one SelfAttention-style head at a time, on its slice of the weights
+        rows = slice(i * d_k, (i + 1) * d_k)
+        q = x @ mha.q_proj.weight[rows].T + mha.q_proj.bias[rows]
+        k = x @ mha.k_proj.weight[rows].T + mha.k_proj.bias[rows]
+        v = x @ mha.v_proj.weight[rows].T + mha.v_proj.bias[rows]
+        scores = q @ k.transpose(-2, -1) / d_k ** 0.5
+        heads.append(torch.softmax(scores, dim=-1) @ v)
+    loop = torch.cat(heads, dim=-1) @ mha.out_proj.weight.T + mha.out_proj.bias
+    torch.testing.assert_close(mha(x), loop, **TOL)
+    # concat-then-W_O equals the sum of per-head full-width writes (W_O split by columns)
+    W_O = mha.out_proj.weight
+    per_head = sum(heads[i] @ W_O[:, i * d_k:(i + 1) * d_k].T for i in range(h)) + mha.out_proj.bias
+    torch.testing.assert_close(per_head, loop, **TOL)
+
+
+@pytest.mark.parametrize("h", [1, 2, 4, 8, 16])
+def test_parameter_count(h):
+    d = 32
+    count = lambda m: sum(p.numel() for p in m.parameters())
+    assert count(MultiHeadAttention(d, h)) == 4 * d * d + 4 * d
+    assert count(MultiHeadAttention(d, h, bias=False)) == 4 * d * d
+
+
+def test_gqa_parameter_count():
+    d, h, h_kv = 32, 8, 2
+    d_k = d // h
+    m = MultiHeadAttention(d, h, bias=False, n_kv_heads=h_kv)
+    assert m.k_proj.weight.shape == (h_kv * d_k, d)
+    assert sum(p.numel() for p in m.parameters()) == 2 * d * d + 2 * d * h_kv * d_k
+
+
+# ------------------------------------------------------------------ GQA
+def test_gqa_full_kv_heads_equals_mha():
+    d, h = 8, 4
+    plain, gqa = make(d, h, causal=True), make(d, h, causal=True, n_kv_heads=h)
+    gqa.load_state_dict(plain.state_dict())
+    x = rand(2, 5, d, seed=5)
+    torch.testing.assert_close(gqa(x), plain(x), atol=0, rtol=0)
+
+
+def test_gqa_equals_mha_with_repeated_kv_weights():
+    d, h, h_kv = 16, 4, 2
+    gqa = make(d, h, n_kv_heads=h_kv, causal=True)
+    plain = make(d, h, causal=True)
+    d_k, group = d // h, h // h_kv
+    with torch.no_grad():
+        plain.q_proj.load_state_dict(gqa.q_proj.state_dict())
+        plain.out_proj.load_state_dict(gqa.out_proj.state_dict())
+        for src, dst in ((gqa.k_proj, plain.k_proj), (gqa.v_proj, plain.v_proj)):
+            dst.weight.copy_(src.weight.reshape(h_kv, d_k, d).repeat_interleave(group, 0).reshape(d, d))
+            dst.bias.copy_(src.bias.reshape(h_kv, d_k).repeat_interleave(group, 0).reshape(d))
+    x = rand(2, 6, d, seed=6)
+    torch.testing.assert_close(gqa(x), plain(x), **TOL)
+
+
+# ------------------------------------------------------------------ KV cache
+@pytest.mark.parametrize("kw", [{}, {"rope": True}, {"n_kv_heads": 2}, {"rope": True, "n_kv_heads": 1},
+                                {"alibi": True}])
+@pytest.mark.parametrize("batched", [True, False])
+def test_kv_cache_one_token_at_a_time(kw, batched):
+    d, h, n = 16, 4, 7
+    mha = make(d, h, causal=True, **kw)
+    x = rand(2, n, d, seed=7) if batched else rand(n, d, seed=7)
+    full, full_w = mha(x, return_weights=True)
+    cache = {}
+    steps = [mha(x[..., t:t + 1, :], cache=cache, return_weights=True) for t in range(n)]
+    torch.testing.assert_close(torch.cat([s[0] for s in steps], dim=-2), full, **TOL)
+    torch.testing.assert_close(steps[-1][1][..., -1, :], full_w[..., -1, :], **TOL)
+    h_kv = kw.get("n_kv_heads", h)
+    assert cache["k"].shape == ((2,) if batched else (1,)) + (h_kv, n, d // h)
+
+
+def test_kv_cache_in_chunks():
+    d, h = 16, 4
+    mha = make(d, h, causal=True, rope=True, n_kv_heads=2)
+    x = rand(3, 9, d, seed=8)
+    cache = {}
+    outs = [mha(x[:, a:b], cache=cache) for a, b in ((0, 4), (4, 5), (5, 9))]
+    torch.testing.assert_close(torch.cat(outs, dim=1), mha(x), **TOL)
+
+
+def test_rope_and_alibi_change_the_output():
+    d, h = 8, 2
+    x = rand(1, 5, d, seed=9)
+    plain, rope, alibi = make(d, h), make(d, h, rope=True), make(d, h, alibi=True)
+    assert not torch.allclose(plain(x), rope(x))
+    assert not torch.allclose(plain(x), alibi(x))
+
+
+def test_flop_counter_sees_attention_matmuls():
+    d, h, n, b = 16, 4, 10, 2
+    mha = make(d, h, bias=False)
+    x = rand(b, n, d, seed=10)
+    with FlopCounterMode(display=False) as fc:
+        mha(x)
+    projections = 4 * 2 * b * n * d * d
+    attention = 2 * (2 * b * n * n * d)  # QKᵀ and A·V
+    assert fc.get_total_flops() == projections + attention
+
+
+# ------------------------------------------------------------------ errors
+def test_error_d_model_not_divisible():
+    with pytest.raises(ValueError, match=r"d_model: expected a multiple of n_heads=3, got d_model=10"):
+        MultiHeadAttention(10, 3)
+
+
+def test_error_n_kv_heads_not_divisor():
+    with pytest.raises(ValueError, match=r"n_kv_heads: expected a positive divisor of n_heads=8, got 3"):
+        MultiHeadAttention(16, 8, n_kv_heads=3)
+
+
+def test_error_input_width():
+    mha = MultiHeadAttention(8, 2)
+    with pytest.raises(ValueError, match=r"x: expected shape .*d_model=8, got \(2, 5, 6\)"):
+        mha(torch.ones(2, 5, 6))
+    with pytest.raises(ValueError, match=r"context: expected shape \(batch, len, d_model\) .*got \(5, 8\)"):
+        mha(torch.ones(2, 5, 8), context=torch.ones(5, 8))
+
+
+def test_error_mask_wrong_size():
+    mha = MultiHeadAttention(8, 2)
+    with pytest.raises(ValueError, match=r"mask: expected a shape broadcastable to \(2, 2, 4, 4\), got \(3, 3\)"):
+        mha(torch.ones(2, 4, 8), mask=torch.ones(3, 3, dtype=torch.bool))
+
+
+def test_error_cache_type_and_context():
+    mha = MultiHeadAttention(8, 2, causal=True)
+    with pytest.raises(TypeError, match=r"cache: expected a dict, got list"):
+        mha(torch.ones(4, 8), cache=[])
+    with pytest.raises(ValueError, match=r"cache: expected None with context"):
+        mha(torch.ones(4, 8), context=torch.ones(3, 8), cache={})

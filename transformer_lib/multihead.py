@@ -1,0 +1,216 @@
+"""Multi-head attention: h heads of width d_k = d/h computed with one batched matmul.
+
+``MultiHead(X) = Concat(head_1, …, head_h) W_O`` with ``head_i = Attention(X W_Q^i, X W_K^i, X W_V^i)``.
+The reshape trick ``(b, n, d) -> (b, n, h, d_k) -> (b, h, n, d_k)`` turns the h heads into a
+batch dimension, so all heads run through one call of
+``transformer_lib.attention.scaled_dot_product_attention``.
+
+The same module carries the options later chapters need: a causal mask (Chapter 7), RoPE
+and ALiBi (Chapter 6), grouped-query attention with ``n_kv_heads < n_heads`` (Chapter 9) and
+a key/value cache for generation (Chapter 7).
+"""
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from transformer_lib.attention import causal_mask, scaled_dot_product_attention
+
+__all__ = ["split_heads", "merge_heads", "MultiHeadAttention"]
+
+
+def split_heads(x: Tensor, n_heads: int) -> Tensor:
+    """Split the feature dimension into heads: ``(…, n, d) -> (…, h, n, d/h)``. Chapter 5."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+    if x.ndim < 2 or x.shape[-1] % n_heads != 0:
+        raise ValueError(
+            f"x: expected shape (…, n, d) with d divisible by n_heads={n_heads}, got {tuple(x.shape)}"
+        )
+    *lead, n, d = x.shape
+    return x.reshape(*lead, n, n_heads, d // n_heads).transpose(-3, -2)
+
+
+def merge_heads(x: Tensor) -> Tensor:
+    """Inverse of ``split_heads``: ``(…, h, n, d_k) -> (…, n, h·d_k)``. Chapter 5."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+    if x.ndim < 3:
+        raise ValueError(f"x: expected shape (…, h, n, d_k), got {tuple(x.shape)}")
+    *lead, h, n, d_k = x.shape
+    return x.transpose(-3, -2).reshape(*lead, n, h * d_k)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head (self- or cross-) attention.
+
+    ``q_proj: d -> d``, ``k_proj, v_proj: d -> n_kv_heads·d_k``, ``out_proj: d -> d``; with
+    ``bias=True`` that is ``4d² + 4d`` parameters for any number of heads (Chapter 5).
+
+    - ``causal``: query i sees keys j ≤ i (bottom-right aligned with a cache). Chapter 7.
+    - ``n_kv_heads``: grouped-query attention; each group of ``n_heads / n_kv_heads`` query
+      heads shares one key/value head. ``n_kv_heads == n_heads`` is plain MHA. Chapter 9.
+    - ``rope``: rotate queries and keys by their positions (``positional.apply_rope``);
+      ``alibi``: add ``-slope·distance`` to the scores (``positional.alibi_bias``). Both
+      need self-attention (positions of queries and keys in one sequence). Chapter 6.
+
+    Chapter 5.
+    """
+
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        bias: bool = True,
+        causal: bool = False,
+        *,
+        n_kv_heads: int | None = None,
+        rope: bool = False,
+        rope_base: float = 10000.0,
+        alibi: bool = False,
+    ):
+        super().__init__()
+        for name, val in (("d_model", d_model), ("n_heads", n_heads)):
+            if not isinstance(val, int) or val <= 0:
+                raise ValueError(f"{name}: expected a positive int, got {val!r}")
+        if d_model % n_heads != 0:
+            raise ValueError(
+                f"d_model: expected a multiple of n_heads={n_heads}, got d_model={d_model}"
+            )
+        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
+        if not isinstance(n_kv_heads, int) or n_kv_heads <= 0 or n_heads % n_kv_heads != 0:
+            raise ValueError(
+                f"n_kv_heads: expected a positive divisor of n_heads={n_heads}, got {n_kv_heads!r}"
+            )
+        if rope and (d_model // n_heads) % 2 != 0:
+            raise ValueError(f"rope: expected an even head width d_k, got d_k={d_model // n_heads}")
+        self.d_model, self.n_heads, self.n_kv_heads = d_model, n_heads, n_kv_heads
+        self.d_k = d_model // n_heads
+        self.causal, self.rope, self.rope_base, self.alibi = causal, rope, rope_base, alibi
+        self.q_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.k_proj = nn.Linear(d_model, n_kv_heads * self.d_k, bias=bias)
+        self.v_proj = nn.Linear(d_model, n_kv_heads * self.d_k, bias=bias)
+        self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+
+    def extra_repr(self) -> str:
+        return (f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
+                f"causal={self.causal}, rope={self.rope}, alibi={self.alibi}")
+
+    def _check_input(self, name: str, t: Tensor, ndim: int | None = None) -> None:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        if t.ndim not in (2, 3) or t.shape[-1] != self.d_model or (ndim and t.ndim != ndim):
+            want = "(batch, len, d_model)" if ndim == 3 else "(len, d_model)" if ndim == 2 else \
+                "(batch, len, d_model) or (len, d_model)"
+            raise ValueError(
+                f"{name}: expected shape {want} with d_model={self.d_model}, got {tuple(t.shape)}"
+            )
+
+    def forward(
+        self,
+        x: Tensor,
+        context: Tensor | None = None,
+        mask: Tensor | None = None,
+        return_weights: bool = False,
+        cache: dict | None = None,
+    ) -> Tensor | tuple[Tensor, Tensor]:
+        """``(b, n, d) -> (b, n, d)``, or unbatched ``(n, d) -> (n, d)``.
+
+        - ``context`` ``(b, m, d)``: cross-attention (queries from x, keys/values from context).
+        - ``mask``: bool, True = may attend, broadcastable to ``(b, h, n, m)``; combined with
+          the causal mask when ``causal=True``.
+        - ``cache``: a dict, empty at the first call; the layer appends this call's keys and
+          values to ``cache["k"], cache["v"]`` ``(b, n_kv_heads, t, d_k)`` (keys after RoPE; b = 1
+          for unbatched input) and offsets positions (RoPE, ALiBi, causal mask) by the cached
+          length t.
+        - ``return_weights``: also return the attention weights ``(b, h, n, m)``.
+
+        Chapter 5.
+        """
+        self._check_input("x", x)
+        unbatched = x.ndim == 2
+        if context is not None:
+            self._check_input("context", context, ndim=x.ndim)
+            if cache is not None:
+                raise ValueError("cache: expected None with context (the cache is for self-attention)")
+            if self.rope or self.alibi:
+                raise ValueError("context: rope/alibi positions need self-attention, got a context")
+        if unbatched:
+            x = x.unsqueeze(0)
+            context = None if context is None else context.unsqueeze(0)
+        src = x if context is None else context
+
+        q = split_heads(self.q_proj(x), self.n_heads)  # (b, h, n, d_k)
+        k = split_heads(self.k_proj(src), self.n_kv_heads)  # (b, h_kv, n_src, d_k)
+        v = split_heads(self.v_proj(src), self.n_kv_heads)
+        k, v = self._extend_cache(q, k, v, cache)
+        n, m = q.shape[-2], k.shape[-2]
+
+        group = self.n_heads // self.n_kv_heads
+        if group > 1:  # every query head in a group reads the same key/value head
+            k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
+        bias = None
+        if self.alibi:
+            from transformer_lib.positional import alibi_bias
+
+            # (h, n, m), bottom-right aligned: the n queries are the newest positions
+            bias = alibi_bias(n, self.n_heads, m, dtype=q.dtype, device=q.device)
+        if self.causal:
+            cm = causal_mask(n, m, device=x.device)
+            mask = cm if mask is None else mask & cm
+
+        out, weights = scaled_dot_product_attention(q, k, v, mask=mask, bias=bias)
+        out = self.out_proj(merge_heads(out))  # (b, n, d)
+        if unbatched:
+            out, weights = out.squeeze(0), weights.squeeze(0)
+        return (out, weights) if return_weights else out
+
+    def _extend_cache(
+        self, q: Tensor, k: Tensor, v: Tensor, cache: dict | None
+    ) -> tuple[Tensor, Tensor]:
+        """Apply RoPE at offset positions, then prepend cached keys/values. Chapter 7."""
+        if cache is not None and not isinstance(cache, dict):
+            raise TypeError(f"cache: expected a dict, got {type(cache).__name__}")
+        offset = 0
+        if cache is not None and "k" in cache:
+            offset = cache["k"].shape[-2]
+            if cache["k"].shape[:2] != k.shape[:2]:
+                raise ValueError(
+                    f"cache: expected cached keys of shape ({k.shape[0]}, {k.shape[1]}, t, {self.d_k}), "
+                    f"got {tuple(cache['k'].shape)}"
+                )
+        if self.rope:
+            from transformer_lib.positional import apply_rope
+
+            pos = torch.arange(offset, offset + q.shape[-2], device=q.device)
+            q = apply_rope(q, pos, self.rope_base)
+            k = apply_rope(k, pos, self.rope_base)
+        if cache is not None:
+            if offset:
+                k = torch.cat([cache["k"], k], dim=-2)
+                v = torch.cat([cache["v"], v], dim=-2)
+            cache["k"], cache["v"] = k, v
+        return k, v
+
+    @classmethod
+    def from_torch(cls, m: nn.MultiheadAttention) -> "MultiHeadAttention":
+        """Copy the weights of a ``torch.nn.MultiheadAttention`` (use ``batch_first=True`` in torch
+        to compare outputs directly). Note torch's ``attn_mask`` marks *forbidden* positions with
+        True, the opposite of this library's mask. Chapter 5.
+        """
+        if not isinstance(m, nn.MultiheadAttention):
+            raise TypeError(f"m: expected nn.MultiheadAttention, got {type(m).__name__}")
+        if not m._qkv_same_embed_dim or m.bias_k is not None or m.add_zero_attn:
+            raise ValueError("m: expected kdim == vdim == embed_dim, add_bias_kv=False, add_zero_attn=False")
+        bias = m.in_proj_bias is not None
+        new = cls(m.embed_dim, m.num_heads, bias=bias).to(m.in_proj_weight)
+        d = m.embed_dim
+        with torch.no_grad():
+            for i, lin in enumerate((new.q_proj, new.k_proj, new.v_proj)):
+                lin.weight.copy_(m.in_proj_weight[i * d:(i + 1) * d])
+                if bias:
+                    lin.bias.copy_(m.in_proj_bias[i * d:(i + 1) * d])
+            new.out_proj.weight.copy_(m.out_proj.weight)
+            if bias:
+                new.out_proj.bias.copy_(m.out_proj.bias)
+        return new
