@@ -1,0 +1,174 @@
+"""Tests for transformer_lib.block (Chapters 3–4)."""
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from transformer_lib.attention import causal_mask
+from transformer_lib.block import MLP, LayerNorm, RMSNorm, TransformerBlock
+
+TOL = dict(atol=1e-6, rtol=1e-6)
+D64 = torch.float64
+
+
+def rand(*shape, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(*shape, generator=g, dtype=D64)
+
+
+def randomize(module, seed=0):
+    """Give norms non-trivial weights so that copying them is actually tested."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.5 + (p == 1).to(p.dtype))
+    return module
+
+
+# ------------------------------------------------------------------ norms
+def test_layernorm_worked_example():
+    h = torch.tensor([2.0, -1.0, 0.5, 1.5], dtype=D64)
+    mu = h.sum() / 4
+    var = ((h - mu) ** 2).sum() / 4  # biased variance
+    expected = (h - mu) / torch.sqrt(var + 1e-5)
+    torch.testing.assert_close(LayerNorm(4).double()(h), expected, **TOL)
+    assert mu.item() == 0.75
+    torch.testing.assert_close(var.sqrt(), torch.tensor(1.1456, dtype=D64), atol=5e-5, rtol=0)
+    torch.testing.assert_close(expected, torch.tensor([1.091, -1.528, -0.218, 0.655], dtype=D64),
+                               atol=5e-4, rtol=0)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_layernorm_matches_torch(bias):
+    ref = randomize(nn.LayerNorm(6, eps=1e-5, bias=bias).double(), seed=1)
+    ours = LayerNorm(6, eps=1e-5, bias=bias).double()
+    ours.load_state_dict(ref.state_dict())
+    x = rand(2, 3, 6, seed=2) * 3 + 1
+    torch.testing.assert_close(ours(x), ref(x), **TOL)
+
+
+def test_rmsnorm_matches_torch():
+    ref = randomize(nn.RMSNorm(6, eps=1e-6).double(), seed=3)
+    ours = RMSNorm(6, eps=1e-6).double()
+    ours.load_state_dict(ref.state_dict())
+    x = rand(2, 3, 6, seed=4)
+    torch.testing.assert_close(ours(x), ref(x), **TOL)
+
+
+# ------------------------------------------------------------------ MLP
+@pytest.mark.parametrize("activation,fn", [("relu", F.relu), ("gelu", F.gelu),
+                                           ("gelu_tanh", lambda h: F.gelu(h, approximate="tanh"))])
+def test_mlp_activations(activation, fn):
+    torch.manual_seed(0)
+    mlp = MLP(4, 10, activation).double()
+    x = rand(3, 4, seed=5)
+    torch.testing.assert_close(mlp(x), mlp.fc2(fn(mlp.fc1(x))), **TOL)
+
+
+def test_mlp_swiglu_and_default_width():
+    torch.manual_seed(0)
+    mlp = MLP(4, 6, "swiglu", bias=False).double()
+    x = rand(3, 4, seed=6)
+    W1, W2, W3 = mlp.fc1.weight, mlp.fc2.weight, mlp.fc3.weight
+    torch.testing.assert_close(mlp(x), (F.silu(x @ W1.T) * (x @ W3.T)) @ W2.T, **TOL)
+    assert MLP(8).fc1.out_features == 32
+
+
+# ------------------------------------------------------------------ equals torch.nn.TransformerEncoderLayer
+@pytest.mark.parametrize("norm_first", [True, False])
+@pytest.mark.parametrize("activation", ["relu", "gelu"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("bias", [True, False])
+def test_block_matches_torch(norm_first, activation, causal, bias):
+    d, h, d_ff, n = 8, 2, 16, 5
+    torch.manual_seed(0)
+    ref = nn.TransformerEncoderLayer(d, h, d_ff, dropout=0.0, activation=activation, batch_first=True,
+                                     norm_first=norm_first, bias=bias).double()
+    randomize(ref.norm1, 1), randomize(ref.norm2, 2)
+    ref.eval()
+    ours = TransformerBlock.from_torch(ref, causal=causal).eval()
+    x = rand(2, n, d, seed=7)
+    cm = causal_mask(n)
+    src_mask = ~cm if causal else None  # torch: True = NOT allowed
+    expected = ref(x, src_mask=src_mask)
+    torch.testing.assert_close(ours(x), expected, **TOL)
+    torch.testing.assert_close(ours(x[0]), ref(x[0], src_mask=src_mask), **TOL)  # unbatched
+    ours.attn.causal = False  # the same mask passed explicitly
+    torch.testing.assert_close(ours(x, mask=cm if causal else None), expected, **TOL)
+
+
+def test_block_parameter_count_bert_base():
+    d, h, d_ff = 768, 12, 3072
+    with torch.device("meta"):
+        block = TransformerBlock(d, h, d_ff, norm_first=False)
+    counts = {name: sum(p.numel() for p in getattr(block, name).parameters())
+              for name in ("attn", "mlp", "norm1", "norm2")}
+    assert counts["attn"] == 4 * d * d + 4 * d
+    assert counts["mlp"] == 2 * d * d_ff + d_ff + d == 4_722_432
+    assert counts["norm1"] + counts["norm2"] == 4 * d == 3_072
+    assert sum(counts.values()) == 7_084_800 + 4 * d  # the syllabus table counts 4d² without Q/K/V/O biases
+
+
+# ------------------------------------------------------------------ residual stream (Chapter 4)
+@pytest.mark.parametrize("kw", [{}, {"norm": "rmsnorm", "activation": "swiglu", "bias": False},
+                                {"causal": True, "rope": True, "n_kv_heads": 1}])
+def test_stream_decomposes_in_pre_norm(kw):
+    torch.manual_seed(0)
+    block = TransformerBlock(8, 2, **kw).double()
+    x = rand(2, 5, 8, seed=8)
+    out, writes = block(x, return_stream=True)
+    assert len(writes) == 2
+    torch.testing.assert_close(out, x + writes[0] + writes[1], **TOL)
+    torch.testing.assert_close(out, block(x), atol=0, rtol=0)
+
+
+def test_stream_in_post_norm_does_not_decompose():
+    torch.manual_seed(0)
+    block = TransformerBlock(8, 2, norm_first=False).double()
+    x = rand(2, 5, 8, seed=9) * 3
+    out, (a, m) = block(x, return_stream=True)
+    torch.testing.assert_close(a, block.attn(x), atol=0, rtol=0)
+    assert not torch.allclose(out, x + a + m)
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+def test_residual_toggle(norm_first):
+    torch.manual_seed(0)
+    block = TransformerBlock(8, 2, norm_first=norm_first, residual=False).double()
+    x = rand(5, 8, seed=10)
+    if norm_first:
+        expected = block.mlp(block.norm2(block.attn(block.norm1(x))))
+    else:
+        x1 = block.norm1(block.attn(x))
+        expected = block.norm2(block.mlp(x1))
+    torch.testing.assert_close(block(x), expected, **TOL)
+
+
+def test_block_kv_cache_matches_full():
+    torch.manual_seed(0)
+    block = TransformerBlock(8, 2, causal=True, rope=True).double().eval()
+    x = rand(2, 6, 8, seed=11)
+    cache = {}
+    steps = torch.cat([block(x[:, t:t + 1], cache=cache) for t in range(6)], dim=1)
+    torch.testing.assert_close(steps, block(x), **TOL)
+
+
+# ------------------------------------------------------------------ errors
+def test_error_unknown_activation_and_norm():
+    with pytest.raises(ValueError, match=r"activation: expected one of relu\|gelu\|gelu_tanh\|swiglu, got 'tanh'"):
+        TransformerBlock(8, 2, activation="tanh")
+    with pytest.raises(ValueError, match=r"norm: expected one of layernorm\|rmsnorm, got 'batchnorm'"):
+        TransformerBlock(8, 2, norm="batchnorm")
+
+
+def test_error_input_width():
+    block = TransformerBlock(8, 2)
+    with pytest.raises(ValueError, match=r"x: expected shape \(…, d_model=8\), got \(2, 5, 6\)"):
+        block(torch.ones(2, 5, 6))
+    with pytest.raises(ValueError, match=r"x: expected shape \(…, d_model=4\), got \(3, 5\)"):
+        LayerNorm(4)(torch.ones(3, 5))
+
+
+def test_error_from_torch_type():
+    with pytest.raises(TypeError, match=r"layer: expected nn.TransformerEncoderLayer, got Linear"):
+        TransformerBlock.from_torch(nn.Linear(2, 2))
