@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from transformer_lib.multihead import MultiHeadAttention
 
-__all__ = ["LayerNorm", "RMSNorm", "MLP", "TransformerBlock", "ACTIVATIONS", "NORMS"]
+__all__ = ["LayerNorm", "RMSNorm", "MLP", "make_norm", "TransformerBlock", "ACTIVATIONS", "NORMS"]
 
 ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu")
 NORMS = ("layernorm", "rmsnorm")
