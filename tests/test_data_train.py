@@ -1,0 +1,178 @@
+"""Tests for transformer_lib.data and transformer_lib.train (Chapter 7)."""
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from transformer_lib.data import (
+    IGNORE_INDEX,
+    SEP,
+    TINY_TEXT,
+    CharTokenizer,
+    copy_task,
+    induction_task,
+    reverse_task,
+    sort_task,
+    task_batches,
+    text_batch,
+    unigram_loss,
+)
+from transformer_lib.train import cross_entropy_loss, evaluate_loss, train
+
+TASKS = [copy_task, reverse_task, sort_task, induction_task]
+
+
+# ---------------------------------------------------------------- tokenizer
+def test_char_tokenizer_roundtrip():
+    tok = CharTokenizer(TINY_TEXT)
+    ids = tok.encode(TINY_TEXT)
+    assert ids.dtype == torch.long and ids.shape == (len(TINY_TEXT),)
+    assert tok.decode(ids) == TINY_TEXT
+    assert tok.vocab_size == len(set(TINY_TEXT)) == len(tok)
+    assert tok.alphabet == sorted(set(TINY_TEXT))
+
+
+def test_char_tokenizer_errors():
+    tok = CharTokenizer("abc")
+    with pytest.raises(ValueError, match=r"unknown characters \['x', 'z'\]"):
+        tok.encode("axbz")
+    with pytest.raises(ValueError, match="ids"):
+        tok.decode([0, 3])
+    with pytest.raises(ValueError, match="text_or_alphabet"):
+        CharTokenizer("")
+
+
+def test_tiny_text_is_a_few_hundred_characters():
+    assert 300 <= len(TINY_TEXT) <= 2000 and "attention" in TINY_TEXT
+
+
+# -------------------------------------------------------------------- tasks
+@pytest.mark.parametrize("task", TASKS)
+def test_tasks_are_deterministic_and_well_formed(task):
+    x1, y1 = task(3, 5, 10, seed=7)
+    x2, y2 = task(3, 5, 10, torch.Generator().manual_seed(7))
+    assert torch.equal(x1, x2) and torch.equal(y1, y2)
+    assert x1.shape == y1.shape == (3, 10) and x1.dtype == y1.dtype == torch.long
+    assert not torch.equal(task(3, 5, 10, seed=8)[0], x1)
+    assert x1.min() >= 0 and x1.max() < 10
+    supervised = y1 != IGNORE_INDEX
+    assert supervised.any() and y1[supervised].max() < 10
+    # next-token format: wherever a target is set and it is not the last position, it is the next input
+    inner = supervised[:, :-1]
+    assert torch.equal(y1[:, :-1][inner], x1[:, 1:][inner])
+
+
+def test_copy_reverse_sort_answers():
+    for task, answer in [(copy_task, lambda s: s), (reverse_task, lambda s: s.flip(1)),
+                         (sort_task, lambda s: s.sort(1).values)]:
+        x, y = task(4, 6, 9, seed=1)
+        s = x[:, :6]
+        assert (s >= 1).all() and (x[:, 6] == SEP).all()
+        assert (y[:, :6] == IGNORE_INDEX).all()
+        assert torch.equal(y[:, 6:], answer(s))
+
+
+def test_induction_task_layout():
+    x, y = induction_task(2, 5, 20, seed=3, distinct=True)
+    r = x[:, 1:6]
+    assert (x[:, 0] == SEP).all() and torch.equal(x[:, 6:], r[:, :4])
+    assert (y[:, :6] == IGNORE_INDEX).all() and torch.equal(y[:, 6:], r[:, 1:])
+    assert all(len(set(row.tolist())) == 5 for row in r)
+    with pytest.raises(ValueError, match="n"):
+        induction_task(1, 20, 20, seed=0, distinct=True)
+
+
+def test_task_errors():
+    with pytest.raises(ValueError, match="vocab_size"):
+        copy_task(2, 3, 1)
+    with pytest.raises(ValueError, match="batch"):
+        copy_task(0, 3, 5)
+    with pytest.raises(ValueError, match="seed"):
+        copy_task(2, 3, 5, torch.Generator(), seed=1)
+
+
+def test_task_batches_and_text_batch():
+    stream = task_batches(copy_task, 2, 3, 5, seed=0)
+    a, b = next(stream), next(stream)
+    assert not torch.equal(a[0], b[0])
+    again = task_batches(copy_task, 2, 3, 5, seed=0)
+    assert torch.equal(next(again)[0], a[0])
+    ids = CharTokenizer(TINY_TEXT).encode(TINY_TEXT)
+    x, y = text_batch(ids, 4, 16, seed=0)
+    assert x.shape == y.shape == (4, 16) and torch.equal(x[:, 1:], y[:, :-1])
+    with pytest.raises(ValueError, match="block"):
+        text_batch(ids, 1, len(ids))
+
+
+def test_unigram_loss():
+    assert unigram_loss(torch.tensor([0, 1, 2, 3])) == pytest.approx(math.log(4))
+    assert unigram_loss(torch.tensor([1, 1, 1])) == pytest.approx(0.0)
+
+
+# -------------------------------------------------------------------- train
+def _tiny_model(n_ctx, vocab, d=16, hidden=128):
+    """A stand-in that sees the whole sequence: embed, flatten, MLP, per-position logits."""
+    return nn.Sequential(
+        nn.Embedding(vocab, d), nn.Flatten(), nn.Linear(n_ctx * d, hidden), nn.ReLU(),
+        nn.Linear(hidden, n_ctx * vocab), nn.Unflatten(1, (n_ctx, vocab)),
+    )
+
+
+def test_train_reduces_copy_loss():
+    n, vocab = 3, 5
+    torch.manual_seed(0)
+    model = _tiny_model(2 * n, vocab, hidden=64)
+    losses = train(model, task_batches(copy_task, 64, n, vocab, seed=0), steps=60, lr=1e-2, seed=0)
+    assert len(losses) == 60
+    assert losses[0] > 0.9 * math.log(vocab - 1)          # chance level at the start
+    assert sum(losses[-5:]) / 5 < 0.1
+    held_out = evaluate_loss(model, copy_task(256, n, vocab, seed=123))
+    assert held_out < 0.1
+
+
+def test_train_is_deterministic():
+    runs = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        model = nn.Sequential(_tiny_model(4, 5, hidden=32), nn.Dropout(0.2))
+        runs.append(train(model, task_batches(copy_task, 8, 2, 5, seed=0), steps=10, seed=3))
+    assert runs[0] == runs[1]
+
+
+def test_train_leaves_global_rng_untouched():
+    torch.manual_seed(5)
+    model = nn.Sequential(nn.Embedding(4, 4), nn.Dropout(0.5), nn.Linear(4, 4))
+    state = torch.get_rng_state()
+    train(model, copy_task(2, 2, 4, seed=0), steps=3, seed=1)
+    assert torch.equal(torch.get_rng_state(), state)
+    assert model.training
+
+
+def test_train_accepts_callable_and_custom_loss():
+    model = nn.Sequential(nn.Embedding(4, 4), nn.Linear(4, 4))
+    calls = []
+    losses = train(model, lambda step: copy_task(2, 2, 4, seed=step), steps=4,
+                   loss_fn=lambda lg, t: cross_entropy_loss(lg, t) * 2, callback=lambda s, v: calls.append(s))
+    assert len(losses) == 4 and calls == [0, 1, 2, 3]
+
+
+def test_train_errors():
+    model = nn.Sequential(nn.Embedding(4, 4), nn.Linear(4, 4))
+    with pytest.raises(ValueError, match="batches"):
+        train(model, [copy_task(2, 2, 4)], steps=2)
+    with pytest.raises(ValueError, match="steps"):
+        train(model, copy_task(2, 2, 4), steps=-1)
+    with pytest.raises(ValueError, match="targets"):
+        cross_entropy_loss(torch.zeros(2, 3, 4), torch.zeros(2, 4, dtype=torch.long))
+
+
+def test_evaluate_loss_token_weighted_and_restores_mode():
+    model = nn.Sequential(nn.Embedding(4, 4), nn.Linear(4, 4))
+    batch = copy_task(8, 3, 4, seed=0)
+    with torch.no_grad():
+        direct = float(cross_entropy_loss(model(batch[0]), batch[1]))
+    assert evaluate_loss(model, batch) == pytest.approx(direct, rel=1e-6)
+    assert evaluate_loss(model, [batch, batch]) == pytest.approx(direct, rel=1e-6)
+    assert model.training

@@ -1,0 +1,220 @@
+"""Small data for training small models: a character tokenizer, a built-in text and
+synthetic sequence tasks (copy, reverse, sort, induction).
+
+Every task returns ``(inputs, targets)`` as LongTensors of shape ``(batch, L)`` in the
+next-token format of a decoder-only model: ``targets[:, t]`` is the token that follows
+``inputs[:, t]``, and positions with nothing to learn hold ``IGNORE_INDEX`` (−100, the
+default ``ignore_index`` of ``torch.nn.functional.cross_entropy``). Token ``SEP`` (0) is
+reserved as separator / start token; content tokens are ``1 … vocab_size − 1``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+
+import torch
+from torch import Tensor
+
+__all__ = [
+    "SEP",
+    "IGNORE_INDEX",
+    "TINY_TEXT",
+    "CharTokenizer",
+    "copy_task",
+    "reverse_task",
+    "sort_task",
+    "induction_task",
+    "task_batches",
+    "text_batch",
+    "unigram_loss",
+]
+
+SEP = 0
+IGNORE_INDEX = -100
+
+TINY_TEXT = (
+    "attention lets every token look at every other token and decide how much to listen. "
+    "a query asks a question, each key offers an answer, and the softmax of their dot products "
+    "turns the scores into weights that sum to one. the output is the weighted average of the values. "
+    "with many heads the model asks many questions at once. positions enter through sines and cosines, "
+    "through rotations of queries and keys, or through a bias that favours nearby tokens. "
+    "a causal mask hides the future, so the model can learn to predict the next character "
+    "of a text like this one, one token at a time.\n"
+)
+"""A few hundred characters about attention, for the character-level language model. Chapter 7."""
+
+
+class CharTokenizer:
+    """Map characters to integer ids and back, one id per distinct character (sorted).
+
+    Built from a text or an alphabet (any iterable of single characters). ``encode(str) ->
+    (n,)`` LongTensor, ``decode(ids) -> str``. Chapter 7.
+    """
+
+    def __init__(self, text_or_alphabet: str | Iterable[str]) -> None:
+        chars = sorted(set(text_or_alphabet))
+        if not chars:
+            raise ValueError("text_or_alphabet: expected at least one character, got an empty input")
+        bad = [c for c in chars if not (isinstance(c, str) and len(c) == 1)]
+        if bad:
+            raise ValueError(f"text_or_alphabet: expected single characters, got {bad[:5]!r}")
+        self.alphabet: list[str] = chars
+        self.stoi: dict[str, int] = {c: i for i, c in enumerate(chars)}
+
+    @property
+    def vocab_size(self) -> int:
+        """Number of distinct characters. Chapter 7."""
+        return len(self.alphabet)
+
+    def encode(self, text: str) -> Tensor:
+        """``str`` of n characters -> LongTensor ``(n,)``. Chapter 7."""
+        unknown = sorted({c for c in text if c not in self.stoi})
+        if unknown:
+            raise ValueError(f"text: unknown characters {unknown!r} (not in the tokenizer's alphabet)")
+        return torch.tensor([self.stoi[c] for c in text], dtype=torch.long)
+
+    def decode(self, ids: Tensor | Sequence[int]) -> str:
+        """Ids ``(n,)`` -> ``str`` of n characters. Chapter 7."""
+        ids = torch.as_tensor(ids)
+        if ids.dim() != 1 or ids.is_floating_point():
+            raise ValueError(f"ids: expected a 1-d integer sequence, got shape {tuple(ids.shape)}, dtype {ids.dtype}")
+        bad = [int(i) for i in ids if not 0 <= int(i) < self.vocab_size]
+        if bad:
+            raise ValueError(f"ids: expected values in [0, {self.vocab_size}), got {bad[:5]}")
+        return "".join(self.alphabet[int(i)] for i in ids)
+
+    def __len__(self) -> int:
+        return self.vocab_size
+
+    def __repr__(self) -> str:
+        return f"CharTokenizer(vocab_size={self.vocab_size})"
+
+
+def _generator(generator: torch.Generator | None, seed: int | None) -> torch.Generator:
+    if generator is not None and seed is not None:
+        raise ValueError("seed: pass either generator or seed, not both")
+    if generator is not None:
+        return generator
+    return torch.Generator().manual_seed(0 if seed is None else seed)
+
+
+def _check_task(batch: int, n: int, vocab_size: int) -> None:
+    for name, value, low in (("batch", batch, 1), ("n", n, 1), ("vocab_size", vocab_size, 2)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"{name}: expected an integer >= {low}, got {value!r}")
+
+
+def _random_tokens(batch: int, n: int, vocab_size: int, gen: torch.Generator) -> Tensor:
+    """Content tokens ``(batch, n)`` uniform in ``1 … vocab_size − 1``."""
+    return torch.randint(1, vocab_size, (batch, n), generator=gen)
+
+
+def _source_then_answer(source: Tensor, answer: Tensor) -> tuple[Tensor, Tensor]:
+    """``[source, SEP, answer]`` -> next-token (inputs, targets) supervised on the answer only."""
+    batch, n = source.shape
+    sep = torch.full((batch, 1), SEP, dtype=torch.long)
+    z = torch.cat([source, sep, answer], dim=1)                     # (batch, 2n + 1)
+    inputs, targets = z[:, :-1].clone(), z[:, 1:].clone()
+    targets[:, :n] = IGNORE_INDEX                                   # the source itself is random
+    return inputs, targets
+
+
+def copy_task(
+    batch: int, n: int, vocab_size: int, generator: torch.Generator | None = None, *, seed: int | None = None
+) -> tuple[Tensor, Tensor]:
+    """Copy: read ``s`` (n random tokens), a ``SEP``, then reproduce ``s``.
+
+    Returns (inputs, targets), each ``(batch, 2n)``; the first n targets are ``IGNORE_INDEX``.
+    Deterministic given ``generator`` or ``seed`` (default seed 0). Chapter 7.
+    """
+    _check_task(batch, n, vocab_size)
+    s = _random_tokens(batch, n, vocab_size, _generator(generator, seed))
+    return _source_then_answer(s, s)
+
+
+def reverse_task(
+    batch: int, n: int, vocab_size: int, generator: torch.Generator | None = None, *, seed: int | None = None
+) -> tuple[Tensor, Tensor]:
+    """Reverse: read ``s``, a ``SEP``, then produce ``s`` backwards. Shapes as :func:`copy_task`. Chapter 7."""
+    _check_task(batch, n, vocab_size)
+    s = _random_tokens(batch, n, vocab_size, _generator(generator, seed))
+    return _source_then_answer(s, s.flip(1))
+
+
+def sort_task(
+    batch: int, n: int, vocab_size: int, generator: torch.Generator | None = None, *, seed: int | None = None
+) -> tuple[Tensor, Tensor]:
+    """Sort: read ``s``, a ``SEP``, then produce ``s`` in ascending order. Shapes as :func:`copy_task`. Chapter 7."""
+    _check_task(batch, n, vocab_size)
+    s = _random_tokens(batch, n, vocab_size, _generator(generator, seed))
+    return _source_then_answer(s, s.sort(dim=1).values)
+
+
+def induction_task(
+    batch: int,
+    n: int,
+    vocab_size: int,
+    generator: torch.Generator | None = None,
+    *,
+    seed: int | None = None,
+    distinct: bool = False,
+) -> tuple[Tensor, Tensor]:
+    """Induction: ``[SEP, r, r]`` with r n random tokens; predict the repeat.
+
+    Returns (inputs, targets), each ``(batch, 2n)``. Inputs are ``[SEP, r_0 … r_{n−1},
+    r_0 … r_{n−2}]``; targets are supervised only inside the repeat (positions n+1 … 2n−1,
+    target ``r_{t+1}`` after ``r_t``), where the answer is "find the previous occurrence of
+    the current token and copy the token after it". ``distinct=True`` draws r without
+    repeated tokens (needs ``n < vocab_size``), so the previous occurrence is unique. Chapter 7.
+    """
+    _check_task(batch, n, vocab_size)
+    gen = _generator(generator, seed)
+    if distinct:
+        if n > vocab_size - 1:
+            raise ValueError(f"n: expected at most vocab_size - 1 = {vocab_size - 1} distinct tokens, got {n}")
+        r = torch.rand(batch, vocab_size - 1, generator=gen).argsort(dim=1)[:, :n] + 1
+    else:
+        r = _random_tokens(batch, n, vocab_size, gen)
+    z = torch.cat([torch.full((batch, 1), SEP, dtype=torch.long), r, r], dim=1)   # (batch, 2n + 1)
+    inputs, targets = z[:, :-1].clone(), z[:, 1:].clone()
+    targets[:, : n + 1] = IGNORE_INDEX
+    return inputs, targets
+
+
+def task_batches(
+    task: Callable[..., tuple[Tensor, Tensor]], batch: int, n: int, vocab_size: int, seed: int = 0, **kwargs
+) -> Iterator[tuple[Tensor, Tensor]]:
+    """Endless stream of fresh batches of a task, all drawn from one generator seeded by ``seed``. Chapter 7."""
+    gen = torch.Generator().manual_seed(seed)
+    while True:
+        yield task(batch, n, vocab_size, gen, **kwargs)
+
+
+def text_batch(
+    ids: Tensor, batch: int, block: int, generator: torch.Generator | None = None, *, seed: int | None = None
+) -> tuple[Tensor, Tensor]:
+    """Random windows of an encoded text ``(N,)`` -> (inputs, targets) ``(batch, block)``.
+
+    ``targets`` is ``inputs`` shifted by one character. Chapter 7.
+    """
+    ids = torch.as_tensor(ids)
+    if ids.dim() != 1:
+        raise ValueError(f"ids: expected a 1-d tensor of token ids, got shape {tuple(ids.shape)}")
+    if not 1 <= block <= ids.shape[0] - 1:
+        raise ValueError(f"block: expected 1 <= block <= len(ids) - 1 = {ids.shape[0] - 1}, got {block}")
+    gen = _generator(generator, seed)
+    start = torch.randint(0, ids.shape[0] - block, (batch,), generator=gen)
+    offsets = start[:, None] + torch.arange(block)[None, :]
+    return ids[offsets], ids[offsets + 1]
+
+
+def unigram_loss(ids: Tensor, vocab_size: int | None = None) -> float:
+    """Cross-entropy (nats) of the best context-free predictor: the entropy of token frequencies.
+
+    A language model that ignores the context cannot beat this; ``ln(vocab_size)`` is the loss
+    of a uniform guess. Chapter 7.
+    """
+    ids = torch.as_tensor(ids).reshape(-1)
+    counts = torch.bincount(ids, minlength=vocab_size or 0).double()
+    p = counts[counts > 0] / counts.sum()
+    return float(-(p * p.log()).sum())
