@@ -84,7 +84,10 @@ def param_breakdown(config: ModelConfig) -> dict[str, int]:
 
 
 def param_count(config: ModelConfig) -> int:
-    """Exact number of parameters of the model `config` describes (≈ 12·L·d² + V·d). Chapter 9."""
+    """Exact number of parameters of the model `config` describes (≈ 12·L·d² + V·d).
+
+    Chapter 9.
+    """
     return sum(param_breakdown(config).values())
 
 

@@ -1,0 +1,152 @@
+"""Exact parameter and FLOP counts (Chapter 9): closed form vs built models vs FlopCounterMode."""
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from transformer_lib.config import ModelConfig
+from transformer_lib.counting import (PRESETS, count_params, flops_breakdown, flops_per_token,
+                                      forward_flops, kv_cache_size, param_breakdown, param_count)
+from transformer_lib.model import GPT
+
+transformers = pytest.importorskip("transformers")
+
+
+def _gpt2_like(c: ModelConfig) -> torch.nn.Module:
+    return transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=c.vocab_size, n_positions=c.n_ctx, n_embd=c.d_model, n_layer=c.n_layers,
+        n_head=c.n_heads))
+
+
+def _bert_like(c: ModelConfig) -> torch.nn.Module:
+    return transformers.BertModel(transformers.BertConfig(
+        vocab_size=c.vocab_size, max_position_embeddings=c.n_ctx, hidden_size=c.d_model,
+        num_hidden_layers=c.n_layers, num_attention_heads=c.n_heads, intermediate_size=c.d_ff,
+        type_vocab_size=c.n_token_types))
+
+
+def _llama_like(c: ModelConfig) -> torch.nn.Module:
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=c.vocab_size, max_position_embeddings=c.n_ctx, hidden_size=c.d_model,
+        num_hidden_layers=c.n_layers, num_attention_heads=c.n_heads,
+        num_key_value_heads=c.n_kv_heads, intermediate_size=c.d_ff,
+        tie_word_embeddings=c.tied_embeddings))
+
+
+# preset -> (Hugging Face builder, total stated in the syllabus)
+REFERENCE = {
+    "gpt2": (_gpt2_like, 124_439_808),
+    "gpt2-medium": (_gpt2_like, 354_823_168),
+    "bert-base": (_bert_like, 109_482_240),
+    "llama2-7b": (_llama_like, 6_738_415_616),
+    "llama3-70b": (_llama_like, 70_553_706_496),
+    "gpt3": (_gpt2_like, 174_604_259_328),
+}
+
+
+@pytest.mark.parametrize("name", list(REFERENCE))
+def test_param_count_matches_transformers(name):
+    build, stated = REFERENCE[name]
+    config = PRESETS[name]
+    with torch.device("meta"):
+        reference = build(config)
+    assert param_count(config) == count_params(reference)
+    assert param_count(config) == stated
+
+
+@pytest.mark.parametrize("name", ["gpt2", "llama2-7b", "llama3-70b", "gpt3", "tiny"])
+def test_param_count_matches_our_gpt_on_meta(name):
+    with torch.device("meta"):
+        model = GPT(PRESETS[name])
+    assert count_params(model) == param_count(PRESETS[name])
+
+
+@pytest.mark.parametrize("name", list(PRESETS))
+def test_breakdown_sums_to_total(name):
+    parts = param_breakdown(PRESETS[name])
+    assert set(parts) == {"embedding", "positional", "attention", "mlp", "norms",
+                          "unembedding", "other"}
+    assert sum(parts.values()) == param_count(PRESETS[name])
+    assert all(v >= 0 for v in parts.values())
+
+
+def test_gpt3_rough_formula_and_mlp_share():
+    c = PRESETS["gpt3"]
+    assert 12 * c.n_layers * c.d_model**2 == 173_946_175_488
+    parts = param_breakdown(c)
+    share = parts["mlp"] / (parts["mlp"] + parts["attention"])
+    assert share == pytest.approx(2 / 3, abs=1e-3)
+
+
+def test_llama_gqa_shrinks_attention():
+    c = PRESETS["llama3-70b"]
+    full = ModelConfig(**{**c.__dict__, "n_kv_heads": c.n_heads})
+    saved = param_count(full) - param_count(c)
+    assert saved == c.n_layers * 2 * c.d_model * (c.d_model - c.kv_dim)
+
+
+def test_count_params_counts_tied_once():
+    config = ModelConfig(vocab_size=11, n_ctx=8, d_model=16, n_layers=1, n_heads=2)
+    tied, untied = GPT(config), GPT(ModelConfig(**{**config.__dict__, "tied_embeddings": False}))
+    assert count_params(untied) - count_params(tied) == 11 * 16
+    with pytest.raises(TypeError, match="module"):
+        count_params("not a module")
+
+
+# (config, n) pairs covering every branch that changes the matmul FLOPs.
+FLOP_CASES = [
+    (dict(), 5),
+    (dict(mlp="swiglu", norm="rmsnorm", bias=False, positional="rope", tied_embeddings=False), 7),
+    (dict(n_heads=4, n_kv_heads=2, positional="alibi"), 6),
+    (dict(n_heads=4, n_kv_heads=1, positional="rope", d_ff=40), 1),
+    (dict(positional="sinusoidal", mlp="relu", norm_first=False), 8),
+    (dict(positional="none", mlp="gelu_tanh", n_layers=3), 3),
+]
+
+
+@pytest.mark.parametrize("changes,n", FLOP_CASES)
+def test_flops_match_flop_counter(changes, n):
+    config = ModelConfig(**{**dict(vocab_size=23, n_ctx=8, d_model=16, n_layers=2,
+                                   n_heads=2), **changes})
+    model = GPT(config).eval()
+    idx = torch.randint(0, config.vocab_size, (1, n), generator=torch.Generator().manual_seed(0))
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(idx)
+    assert flops_per_token(config, n) * n == counter.get_total_flops()
+    assert forward_flops(config, n) == counter.get_total_flops()
+
+
+def test_flops_approximately_2n_for_short_sequences():
+    c = PRESETS["gpt2"]
+    matmul_params = param_count(c) - param_breakdown(c)["positional"] - param_breakdown(c)["norms"]
+    fpt = flops_per_token(c, 1)
+    # biases are not matmul FLOPs, attention on 1 token is tiny: 2N within 0.1%
+    assert fpt == pytest.approx(2 * matmul_params, rel=1e-3)
+    # attention matmuls grow linearly with n: 4·L·d per extra token
+    assert flops_per_token(c, 101) - flops_per_token(c, 100) == 4 * c.n_layers * c.d_model
+
+
+def test_attention_dominates_when_n_exceeds_d():
+    c = PRESETS["llama2-7b"]
+    short, long = flops_breakdown(c, 512), flops_breakdown(c, 128 * 1024)
+    assert short["attention_scores"] < short["mlp"]
+    assert long["attention_scores"] > long["mlp"]
+    assert kv_cache_size(c, 2048) == 2 * kv_cache_size(c, 1024)
+
+
+def test_pooler_flops_are_averaged():
+    c = PRESETS["bert-base"]
+    assert flops_per_token(c, 7) * 7 == pytest.approx(forward_flops(c, 7), rel=1e-15)
+    assert flops_breakdown(c, 7)["unembedding"] == 0
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True])
+def test_bad_sequence_length(bad):
+    with pytest.raises(ValueError, match="n: expected"):
+        flops_per_token(PRESETS["tiny"], bad)
+
+
+def test_bad_config_argument():
+    with pytest.raises(TypeError, match="config: expected a ModelConfig"):
+        param_count({"d_model": 8})

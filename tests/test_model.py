@@ -1,0 +1,239 @@
+"""The decoder-only GPT (Chapter 7): exact sizes, GPT-2 weights, causality, KV-cache generation."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from transformer_lib.config import ModelConfig
+from transformer_lib.counting import count_params, param_count
+from transformer_lib.model import GPT
+
+BASE = dict(vocab_size=23, n_ctx=12, d_model=16, n_layers=2, n_heads=4)
+
+CONFIGS = {
+    "gpt2-like": dict(mlp="gelu_tanh"),
+    "relu-postnorm": dict(mlp="relu", norm_first=False),
+    "llama-like": dict(mlp="swiglu", norm="rmsnorm", bias=False, tied_embeddings=False,
+                       positional="rope", n_kv_heads=2, d_ff=24),
+    "gqa-alibi": dict(n_kv_heads=1, positional="alibi"),
+    "sinusoidal-untied": dict(positional="sinusoidal", tied_embeddings=False),
+    "nopos-nobias-layernorm": dict(positional="none", bias=False, n_layers=3),
+    "swiglu-bias": dict(mlp="swiglu", d_ff=20, positional="rope"),
+    "embedding-norm-no-final": dict(embedding_norm=True, final_norm=False, norm="rmsnorm"),
+}
+
+
+def make(name: str, **extra) -> ModelConfig:
+    return ModelConfig(**{**BASE, **CONFIGS[name], **extra})
+
+
+def _ids(n: int, vocab: int, seed: int = 0, batch: int | None = 1) -> torch.Tensor:
+    shape = (n,) if batch is None else (batch, n)
+    return torch.randint(0, vocab, shape, generator=torch.Generator().manual_seed(seed))
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_param_count_matches_built_model(name):
+    config = make(name)
+    torch.manual_seed(0)
+    assert count_params(GPT(config)) == param_count(config)
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_forward_shapes_and_no_leakage(name):
+    config = make(name)
+    torch.manual_seed(0)
+    model = GPT(config).eval()
+    idx = _ids(10, config.vocab_size, batch=3)
+    logits = model(idx)
+    assert logits.shape == (3, 10, config.vocab_size)
+    assert model(idx[1]).shape == (10, config.vocab_size)         # unbatched
+    changed = idx.clone()
+    changed[:, 6:] = (changed[:, 6:] + 1) % config.vocab_size
+    # positions <= 5 never see tokens 6..9: their logits are bit-identical
+    torch.testing.assert_close(model(changed)[:, :6], logits[:, :6], atol=0, rtol=0)
+    assert not torch.allclose(model(changed)[:, 6:], logits[:, 6:])
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_cached_forward_equals_full_forward(name):
+    config = make(name)
+    torch.manual_seed(0)
+    model = GPT(config).eval()
+    idx = _ids(9, config.vocab_size, batch=2)
+    full = model(idx)
+    cache = [{} for _ in range(config.n_layers)]
+    steps = [model(idx[:, :5], cache=cache)] + [model(idx[:, t:t + 1], cache=cache)
+                                                for t in range(5, 9)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    assert cache[0]["k"].shape == (2, config.n_kv_heads, 9, config.d_head)
+
+
+@pytest.fixture(scope="module")
+def tiny_gpt2():
+    transformers = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    hf_config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=50,
+                                        n_positions=16, resid_pdrop=0, embd_pdrop=0,
+                                        attn_pdrop=0)
+    hf = transformers.GPT2LMHeadModel(hf_config).eval()
+    with torch.no_grad():  # random biases and norm gains, so that every tensor matters
+        for p in hf.parameters():
+            p.add_(0.1 * torch.randn_like(p))
+    config = ModelConfig(vocab_size=50, n_ctx=16, d_model=32, n_layers=2, n_heads=4,
+                         mlp="gelu_tanh")
+    return hf, GPT.from_gpt2_state_dict(hf.state_dict(), config).eval()
+
+
+def test_gpt2_weights_give_same_logits(tiny_gpt2):
+    hf, ours = tiny_gpt2
+    idx = _ids(16, 50, seed=1, batch=2)
+    with torch.no_grad():
+        expected = hf(idx).logits
+    torch.testing.assert_close(ours(idx), expected, atol=1e-5, rtol=0)
+    assert ours.lm_head.weight is ours.tok_emb.weight
+    assert count_params(ours) == count_params(hf)
+
+
+def test_gpt2_loader_accepts_bare_transformer_keys(tiny_gpt2):
+    hf, ours = tiny_gpt2
+    bare = {k.removeprefix("transformer."): v for k, v in hf.state_dict().items()}
+    again = GPT.from_gpt2_state_dict(bare, ours.config).eval()
+    idx = _ids(5, 50)
+    torch.testing.assert_close(again(idx), ours(idx), atol=0, rtol=0)
+
+
+def test_gpt2_loader_rejects_other_layouts(tiny_gpt2):
+    hf, ours = tiny_gpt2
+    with pytest.raises(ValueError,
+                       match=r"config\.mlp: GPT-2 weights need 'gelu_tanh', got 'gelu'"):
+        GPT.from_gpt2_state_dict(hf.state_dict(), ModelConfig(**{**ours.config.__dict__,
+                                                                 "mlp": "gelu"}))
+    wrong = ModelConfig(**{**ours.config.__dict__, "vocab_size": 51})
+    with pytest.raises(ValueError, match=r"wte\.weight.*\(51, 32\).*\(50, 32\)"):
+        GPT.from_gpt2_state_dict(hf.state_dict(), wrong)
+    with pytest.raises(ValueError, match="h.1.ln_2.weight"):
+        GPT.from_gpt2_state_dict({k: v for k, v in hf.state_dict().items()
+                                  if "h.1.ln_2.weight" not in k}, ours.config)
+
+
+@pytest.mark.parametrize("sampling", [dict(temperature=0.0), dict(temperature=1.0),
+                                      dict(temperature=0.8, top_k=5)])
+def test_generate_with_and_without_cache_gpt2(tiny_gpt2, sampling):
+    _, model = tiny_gpt2
+    prompt = _ids(4, 50, seed=2, batch=2)
+    runs = [model.generate(prompt, 20, use_cache=cache, generator=torch.Generator().manual_seed(7),
+                           **sampling) for cache in (True, False)]
+    assert runs[0].shape == (2, 24)      # 24 > n_ctx = 16: the window slides
+    assert torch.equal(runs[0], runs[1])
+    assert torch.equal(runs[0][:, :4], prompt)
+
+
+def test_greedy_generation_matches_transformers(tiny_gpt2):
+    hf, ours = tiny_gpt2
+    prompt = _ids(3, 50, seed=3)
+    expected = hf.generate(prompt, max_new_tokens=8, do_sample=False, pad_token_id=0)
+    assert torch.equal(ours.generate(prompt, 8, temperature=0), expected)
+
+
+@pytest.mark.parametrize("name", ["llama-like", "gqa-alibi", "sinusoidal-untied", "swiglu-bias"])
+def test_generate_with_and_without_cache(name):
+    config = make(name)
+    torch.manual_seed(0)
+    model = GPT(config).eval()
+    prompt = _ids(3, config.vocab_size, seed=4, batch=None)   # unbatched prompt
+    for sampling in (dict(temperature=0), dict(temperature=1.0, top_k=10)):
+        a, b = (model.generate(prompt, 14, use_cache=c, generator=torch.Generator().manual_seed(1),
+                               **sampling) for c in (True, False))
+        assert a.shape == (17,) and torch.equal(a, b)
+
+
+def test_generate_really_uses_the_cache():
+    config = make("llama-like")
+    model = GPT(config).eval()
+    seen = []
+    model.register_forward_pre_hook(lambda mod, args, kwargs: seen.append(args[0].shape[-1]),
+                                    with_kwargs=True)
+    model.generate(_ids(5, config.vocab_size), 4, use_cache=True)
+    assert seen == [5, 1, 1, 1]           # prefill once, then one token per step
+    seen.clear()
+    model.generate(_ids(5, config.vocab_size), 4, use_cache=False)
+    assert seen == [5, 6, 7, 8]
+
+
+def test_tied_embeddings_share_storage():
+    tied, untied = GPT(make("gpt2-like")), GPT(make("sinusoidal-untied"))
+    assert tied.lm_head.weight is tied.tok_emb.weight
+    assert untied.lm_head.weight is not untied.tok_emb.weight
+
+
+# ------------------------------------------------------------------ errors name the argument
+@pytest.fixture(scope="module")
+def small():
+    torch.manual_seed(0)
+    return GPT(make("gpt2-like")).eval()
+
+
+def test_float_ids_rejected(small):
+    with pytest.raises(TypeError,
+                       match=r"idx: expected integer token ids .*got dtype torch.float32"):
+        small(torch.zeros(1, 3))
+
+
+@pytest.mark.parametrize("bad,shown", [(23, r"\[0, 23\]"), (-1, r"\[-1, 0\]")])
+def test_out_of_vocab_ids_rejected(small, bad, shown):
+    idx = torch.tensor([[0, bad]])
+    with pytest.raises(ValueError, match=r"idx: expected token ids in \[0, vocab_size=23\), "
+                                         r"got values in " + shown):
+        small(idx)
+
+
+def test_too_long_rejected(small):
+    with pytest.raises(ValueError, match=r"idx: expected at most n_ctx=12 tokens, got n=13"):
+        small(torch.zeros(1, 13, dtype=torch.long))
+    cache = [{} for _ in range(2)]
+    small(torch.zeros(1, 10, dtype=torch.long), cache=cache)
+    with pytest.raises(ValueError, match=r"n_ctx=12 tokens, got 10 cached \+ 3 new = 13"):
+        small(torch.zeros(1, 3, dtype=torch.long), cache=cache)
+
+
+def test_bad_shapes_and_arguments(small):
+    with pytest.raises(TypeError, match="idx: expected a LongTensor"):
+        small([1, 2, 3])
+    with pytest.raises(ValueError,
+                       match=r"idx: expected shape \(batch, n\) or \(n,\).*\(1, 2, 3\)"):
+        small(torch.zeros(1, 2, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="max_new_tokens: expected an int >= 0, got -1"):
+        small.generate(torch.zeros(1, 2, dtype=torch.long), -1)
+    with pytest.raises(ValueError, match="temperature: expected a float >= 0, got -0.5"):
+        small.generate(torch.zeros(1, 2, dtype=torch.long), 1, temperature=-0.5)
+    with pytest.raises(ValueError, match="top_k: expected None or an int >= 1, got 0"):
+        small.generate(torch.zeros(1, 2, dtype=torch.long), 1, top_k=0)
+    with pytest.raises(ValueError, match="cache: expected a list of 2 dicts"):
+        small(torch.zeros(1, 2, dtype=torch.long), cache=[{}])
+
+
+@pytest.mark.parametrize("changes,pattern", [
+    (dict(d_model=18), r"d_model: expected a multiple of n_heads=4, got d_model=18"),
+    (dict(n_kv_heads=3), r"n_kv_heads: expected a divisor of n_heads=4, got n_kv_heads=3"),
+    (dict(mlp="geglu"), r"mlp: expected one of 'relu', 'gelu', 'gelu_tanh', 'swiglu', got 'geglu'"),
+    (dict(norm="batchnorm"), r"norm: expected one of 'layernorm', 'rmsnorm', got 'batchnorm'"),
+    (dict(positional="rotary"), r"positional: expected one of .*'alibi', 'none', got 'rotary'"),
+    (dict(n_layers=0), r"n_layers: expected an int >= 1, got 0"),
+    (dict(d_model=12, n_heads=4, positional="rope"), r"d_model: expected an even d_head"),
+])
+def test_bad_config_rejected(changes, pattern):
+    with pytest.raises(ValueError, match=pattern):
+        ModelConfig(**{**BASE, **changes})
+
+
+def test_config_defaults_and_encoder_rejected():
+    c = ModelConfig(**BASE)
+    assert (c.d_ff, c.n_kv_heads, c.d_head, c.kv_dim, c.n_groups) == (64, 4, 4, 16, 1)
+    with pytest.raises(TypeError, match="d_model: expected an int, got float"):
+        ModelConfig(**{**BASE, "d_model": 16.0})
+    with pytest.raises(ValueError, match=r"config\.causal: GPT is a decoder-only LM and expects "
+                                         r"True, got False"):
+        GPT(ModelConfig(**{**BASE, "causal": False}))
+    with pytest.raises(TypeError, match="config: expected a ModelConfig, got dict"):
+        GPT(BASE)

@@ -1,0 +1,263 @@
+"""A decoder-only transformer language model (GPT) with a real KV cache.
+
+    token ids (b, n) -> token embedding (+ positions) -> L causal blocks -> final norm
+                     -> unembedding (tied to the token embedding) -> logits (b, n, V)
+
+Every architectural choice comes from a `ModelConfig`, so the same class builds GPT-2
+(learned positions, GELU, LayerNorm, biases) and a small LLaMA (RoPE, SwiGLU, RMSNorm,
+grouped-query attention, no biases, untied unembedding). `generate` samples one token at a
+time; with `use_cache=True` it runs the prompt once and then feeds only the newest token,
+reusing the keys and values stored by each layer. Chapter 7.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor, nn
+
+from transformer_lib.block import LayerNorm, RMSNorm, TransformerBlock
+from transformer_lib.config import ModelConfig
+from transformer_lib.positional import LearnedPositionalEmbedding, sinusoidal_encoding
+
+__all__ = ["GPT"]
+
+Cache = list[dict]  # one dict per layer; each layer stores cache["k"], cache["v"] (b, h_kv, t, d_k)
+
+
+def _make_norm(c: ModelConfig) -> nn.Module:
+    """The norm a config asks for, as the blocks build it. Chapter 7."""
+    if c.norm == "rmsnorm":
+        return RMSNorm(c.d_model, eps=c.norm_eps)
+    return LayerNorm(c.d_model, eps=c.norm_eps, bias=c.bias)
+
+
+def _check_decoder_config(config: object) -> None:
+    """GPT builds decoder-only LMs; encoder extras (BERT) are for counting only. Chapter 7."""
+    if not isinstance(config, ModelConfig):
+        raise TypeError(f"config: expected a ModelConfig, got {type(config).__name__}")
+    wanted = {"causal": True, "n_token_types": 0, "pooler": False, "lm_head": True}
+    for field, value in wanted.items():
+        if getattr(config, field) != value:
+            raise ValueError(f"config.{field}: GPT is a decoder-only LM and expects {value!r}, "
+                             f"got {getattr(config, field)!r}")
+
+
+class GPT(nn.Module):
+    """Decoder-only language model: `(batch, n)` token ids -> `(batch, n, vocab_size)` logits.
+
+    Submodules: `tok_emb` (nn.Embedding V×d), `pos_emb` (LearnedPositionalEmbedding, only for
+    positional='learned'; 'sinusoidal' adds a fixed buffer, 'rope'/'alibi' act inside
+    attention, 'none' adds nothing), `emb_norm` (only with embedding_norm), `blocks`
+    (ModuleList of causal TransformerBlocks), `norm_f` (final norm or Identity), `lm_head`
+    (nn.Linear d→V without bias, its weight *is* `tok_emb.weight` when tied). Chapter 7.
+    """
+
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        _check_decoder_config(config)
+        self.config = c = config
+        self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
+        if c.positional == "learned":
+            self.pos_emb = LearnedPositionalEmbedding(c.n_ctx, c.d_model)
+        elif c.positional == "sinusoidal":
+            pos_enc = sinusoidal_encoding(c.n_ctx, c.d_model)          # fixed, not a parameter
+            self.register_buffer("pos_enc", pos_enc, persistent=False)
+        self.emb_norm = _make_norm(c) if c.embedding_norm else nn.Identity()
+        self.blocks = nn.ModuleList(
+            TransformerBlock(c.d_model, c.n_heads, c.d_ff, norm_first=c.norm_first,
+                             activation=c.mlp, causal=True, bias=c.bias, norm=c.norm,
+                             n_kv_heads=c.n_kv_heads, rope=c.positional == "rope",
+                             alibi=c.positional == "alibi", norm_eps=c.norm_eps)
+            for _ in range(c.n_layers))
+        self.norm_f = _make_norm(c) if c.final_norm else nn.Identity()
+        self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
+        if c.tied_embeddings:
+            self.lm_head.weight = self.tok_emb.weight
+        self._init_weights()
+
+    @torch.no_grad()
+    def _init_weights(self) -> None:
+        """GPT-2's initialisation: N(0, 0.02) weights, zero biases, and the projections that
+        write into the residual stream scaled by 1/√(2L) so the stream's variance does not
+        grow with depth. Norms keep gain 1. Chapter 7."""
+        std = 0.02
+        for name, module in self.named_modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                writes = name.endswith(("attn.out_proj", "mlp.fc2"))
+                nn.init.normal_(module.weight, 0.0, std / math.sqrt(2 * self.config.n_layers)
+                                if writes else std)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+    # ------------------------------------------------------------------ forward
+    def _check_idx(self, idx: object) -> tuple[Tensor, bool]:
+        """Validate token ids; return them as (b, n) and whether the input was unbatched."""
+        if not isinstance(idx, Tensor):
+            raise TypeError(f"idx: expected a LongTensor of token ids, got {type(idx).__name__}")
+        if idx.is_floating_point() or idx.is_complex() or idx.dtype == torch.bool:
+            raise TypeError(f"idx: expected integer token ids (torch.long), got dtype {idx.dtype}")
+        if idx.dim() not in (1, 2) or idx.shape[-1] == 0:
+            raise ValueError(f"idx: expected shape (batch, n) or (n,) with n >= 1, "
+                             f"got {tuple(idx.shape)}")
+        V = self.config.vocab_size
+        lo, hi = int(idx.min()), int(idx.max())
+        if lo < 0 or hi >= V:
+            raise ValueError(f"idx: expected token ids in [0, vocab_size={V}), "
+                             f"got values in [{lo}, {hi}]")
+        return (idx.unsqueeze(0), True) if idx.dim() == 1 else (idx, False)
+
+    def _cache_len(self, cache: Cache | None) -> int:
+        """Number of positions already stored in the KV cache (0 without cache)."""
+        if cache is None:
+            return 0
+        if not isinstance(cache, list) or len(cache) != self.config.n_layers \
+                or not all(isinstance(layer, dict) for layer in cache):
+            raise ValueError(f"cache: expected a list of {self.config.n_layers} dicts (one per "
+                             f"layer), got {type(cache).__name__} of length "
+                             f"{len(cache) if isinstance(cache, list) else '?'}")
+        k = cache[0].get("k")
+        return 0 if k is None else k.shape[-2]
+
+    def forward(self, idx: Tensor, cache: Cache | None = None) -> Tensor:
+        """Logits for the next token at every position: `(b, n) -> (b, n, V)`, `(n,) -> (n, V)`.
+
+        `cache`: a list of `n_layers` dicts, empty at first, that the layers extend with the
+        keys and values of `idx`; positions then start after the cached ones. Chapter 7.
+        """
+        idx, unbatched = self._check_idx(idx)
+        c, n = self.config, idx.shape[1]
+        t = self._cache_len(cache)
+        if t + n > c.n_ctx:
+            where = f"n={n}" if t == 0 else f"{t} cached + {n} new = {t + n}"
+            raise ValueError(f"idx: expected at most n_ctx={c.n_ctx} tokens, got {where}")
+        x = self.tok_emb(idx)                                        # (b, n, d)
+        if c.positional == "learned":
+            x = x + self.pos_emb(torch.arange(t, t + n, device=idx.device))
+        elif c.positional == "sinusoidal":
+            x = x + self.pos_enc[t:t + n]
+        x = self.emb_norm(x)
+        for i, block in enumerate(self.blocks):
+            x = block(x, cache=None if cache is None else cache[i])  # (b, n, d)
+        logits = self.lm_head(self.norm_f(x))                        # (b, n, V)
+        return logits[0] if unbatched else logits
+
+    # ------------------------------------------------------------------ generation
+    @staticmethod
+    def _sample(logits: Tensor, temperature: float, top_k: int | None,
+                generator: torch.Generator | None) -> Tensor:
+        """`(b, V)` logits -> `(b, 1)` token ids; temperature 0 is greedy. Chapter 7."""
+        if temperature == 0:
+            return logits.argmax(dim=-1, keepdim=True)
+        logits = logits / temperature
+        if top_k is not None:
+            kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+            logits = logits.masked_fill(logits < kth, float("-inf"))
+        probs = torch.softmax(logits.float(), dim=-1)
+        return torch.multinomial(probs, 1, generator=generator)
+
+    @torch.no_grad()
+    def generate(self, idx: Tensor, max_new_tokens: int, temperature: float = 1.0,
+                 top_k: int | None = None, use_cache: bool = True,
+                 generator: torch.Generator | None = None) -> Tensor:
+        """Extend `idx` by sampling: `(b, n) -> (b, n + max_new_tokens)`, `(n,) -> (n + …,)`.
+
+        Each step conditions on the last `n_ctx` tokens. Without cache every step runs the
+        whole window again (O(n²·d) per token); with `use_cache` the prompt is run once
+        (prefill) and each later step feeds one token through the stored keys and values
+        (O(n·d)). Once the window is full the cache is rebuilt from the last `n_ctx`
+        tokens, so both paths always see the same context and give the same tokens.
+        `temperature=0` picks the argmax; `top_k` keeps the k most likely tokens;
+        `generator` seeds the sampling. Chapter 7.
+        """
+        idx, unbatched = self._check_idx(idx)
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
+                or max_new_tokens < 0:
+            raise ValueError(f"max_new_tokens: expected an int >= 0, got {max_new_tokens!r}")
+        if not temperature >= 0:
+            raise ValueError(f"temperature: expected a float >= 0, got {temperature!r}")
+        if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
+            raise ValueError(f"top_k: expected None or an int >= 1, got {top_k!r}")
+        n_ctx, cache = self.config.n_ctx, None
+        for _ in range(max_new_tokens):
+            if not use_cache:
+                logits = self(idx[:, -n_ctx:])
+            elif cache is None or self._cache_len(cache) >= n_ctx:
+                cache = [{} for _ in self.blocks]                    # prefill
+                logits = self(idx[:, -n_ctx:], cache=cache)
+            else:
+                logits = self(idx[:, -1:], cache=cache)              # one new token
+            next_id = self._sample(logits[:, -1], temperature, top_k, generator)
+            idx = torch.cat([idx, next_id], dim=1)
+        return idx[0] if unbatched else idx
+
+    # ------------------------------------------------------------------ GPT-2 weights
+    @classmethod
+    def from_gpt2_state_dict(cls, state_dict: dict[str, Tensor], config: ModelConfig) -> "GPT":
+        """A GPT holding the weights of a Hugging Face `GPT2LMHeadModel` (or `GPT2Model`).
+
+        Hugging Face's `Conv1D` stores weights as (in, out), the transpose of `nn.Linear`;
+        `attn.c_attn` packs Q, K, V along its output dimension; `lm_head` is tied to `wte`.
+        `config` must describe GPT-2's layout (mlp='gelu_tanh' for `gelu_new`, LayerNorm with
+        biases, learned positions, tied embeddings). Chapter 7.
+        """
+        _check_gpt2_config(config)
+        sd = {k.removeprefix("transformer."): v for k, v in state_dict.items()}
+        model = cls(config)
+        mapping = _gpt2_mapping(sd, config)
+        with torch.no_grad():
+            for name, param in model.named_parameters():  # tied lm_head appears once
+                if name not in mapping:
+                    raise ValueError(f"state_dict: no GPT-2 tensor maps to parameter {name!r}")
+                src, tensor = mapping[name]
+                if tensor.shape != param.shape:
+                    raise ValueError(f"state_dict[{src!r}]: expected shape {tuple(param.shape)} "
+                                     f"(from config), got {tuple(tensor.shape)}")
+                param.copy_(tensor)
+        return model
+
+
+def _check_gpt2_config(config: object) -> None:
+    """Reject configs whose layout differs from GPT-2's. Chapter 7."""
+    _check_decoder_config(config)
+    wanted = {"mlp": "gelu_tanh", "norm": "layernorm", "norm_first": True, "bias": True,
+              "tied_embeddings": True, "positional": "learned", "final_norm": True,
+              "embedding_norm": False}
+    for field, value in wanted.items():
+        if getattr(config, field) != value:
+            raise ValueError(f"config.{field}: GPT-2 weights need {value!r}, "
+                             f"got {getattr(config, field)!r}")
+    if config.n_kv_heads != config.n_heads or config.d_ff != 4 * config.d_model:
+        raise ValueError(f"config: GPT-2 weights need n_kv_heads=n_heads and d_ff=4·d_model, got "
+                         f"n_kv_heads={config.n_kv_heads}, d_ff={config.d_ff}")
+
+
+def _gpt2_mapping(sd: dict[str, Tensor], c: ModelConfig) -> dict[str, tuple[str, Tensor]]:
+    """Our parameter name -> (Hugging Face key, tensor in our layout). Chapter 7."""
+    def get(key: str) -> Tensor:
+        if key not in sd:
+            raise ValueError(f"state_dict: expected a GPT-2 key {key!r} "
+                             f"(with or without 'transformer.'), not found")
+        return sd[key]
+
+    out = {f"{ours}.{p}": (f"{theirs}.{p}", get(f"{theirs}.{p}"))
+           for ours, theirs, params in (("tok_emb", "wte", ("weight",)),
+                                        ("pos_emb", "wpe", ("weight",)),
+                                        ("norm_f", "ln_f", ("weight", "bias")))
+           for p in params}
+    for i in range(c.n_layers):
+        h, b = f"h.{i}.", f"blocks.{i}."
+        for ours, theirs in (("norm1", "ln_1"), ("norm2", "ln_2")):
+            for p in ("weight", "bias"):
+                out[f"{b}{ours}.{p}"] = (f"{h}{theirs}.{p}", get(f"{h}{theirs}.{p}"))
+        key = f"{h}attn.c_attn."
+        w = get(key + "weight")                                    # (d, 3d): x @ w = [q|k|v]
+        biases = get(key + "bias").split(c.d_model)
+        for name, wp, bp in zip("qkv", w.split(c.d_model, dim=-1), biases):
+            out[f"{b}attn.{name}_proj.weight"] = (key + "weight", wp.t())
+            out[f"{b}attn.{name}_proj.bias"] = (key + "bias", bp)
+        for ours, theirs in (("attn.out_proj", "attn.c_proj"), ("mlp.fc1", "mlp.c_fc"),
+                             ("mlp.fc2", "mlp.c_proj")):
+            out[f"{b}{ours}.weight"] = (f"{h}{theirs}.weight", get(f"{h}{theirs}.weight").t())
+            out[f"{b}{ours}.bias"] = (f"{h}{theirs}.bias", get(f"{h}{theirs}.bias"))
+    return out
