@@ -16,7 +16,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from transformer_lib.block import LayerNorm, RMSNorm, TransformerBlock
+from transformer_lib.block import TransformerBlock, make_norm
 from transformer_lib.config import ModelConfig
 from transformer_lib.positional import LearnedPositionalEmbedding, sinusoidal_encoding
 
@@ -26,10 +26,8 @@ Cache = list[dict]  # one dict per layer; each layer stores cache["k"], cache["v
 
 
 def _make_norm(c: ModelConfig) -> nn.Module:
-    """The norm a config asks for, as the blocks build it. Chapter 7."""
-    if c.norm == "rmsnorm":
-        return RMSNorm(c.d_model, eps=c.norm_eps)
-    return LayerNorm(c.d_model, eps=c.norm_eps, bias=c.bias)
+    """The norm a config asks for, built as the blocks build theirs. Chapter 7."""
+    return make_norm(c.norm, c.d_model, c.norm_eps, c.bias)
 
 
 def _check_decoder_config(config: object) -> None:
