@@ -1,0 +1,212 @@
+"""Tests for transformer_lib.moe (Chapter 8)."""
+
+import os
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+from transformer_lib.moe import MoELayer, Router, load_balancing_loss, moe_block  # noqa: E402
+
+
+def _layer(d=8, d_ff=16, e=4, k=2, seed=0, **kw):
+    torch.manual_seed(seed)
+    return MoELayer(d, d_ff, e, top_k=k, **kw).double()
+
+
+def _x(*shape, seed=1):
+    return torch.randn(*shape, dtype=torch.float64, generator=torch.Generator().manual_seed(seed))
+
+
+def _loop_reference(layer, x, kept=None):
+    """Per-token loop: y_t = Σ_j w_tj · expert_{i_tj}(x_t), skipping dropped assignments."""
+    flat = x.reshape(-1, layer.d_model)
+    logits = flat @ layer.router.gate.weight.T
+    probs = torch.softmax(logits, dim=-1)
+    out = torch.zeros_like(flat)
+    for t in range(flat.shape[0]):
+        top, idx = probs[t].topk(layer.top_k)
+        w = top / top.sum()
+        for j in range(layer.top_k):
+            if kept is not None and not kept[t, j]:
+                continue
+            out[t] += w[j] * layer.experts[int(idx[j])](flat[t])
+    return out.reshape(x.shape)
+
+
+# ------------------------------------------------------------------- router
+def test_router_shapes_and_renormalisation():
+    torch.manual_seed(0)
+    router = Router(8, 5, 2)
+    w, idx, probs = router(torch.randn(3, 4, 8))
+    assert w.shape == idx.shape == (12, 2) and probs.shape == (12, 5)
+    torch.testing.assert_close(w.sum(-1), torch.ones(12))
+    torch.testing.assert_close(probs.sum(-1), torch.ones(12))
+    assert (w[:, 0] >= w[:, 1]).all()
+    torch.testing.assert_close(probs.gather(1, idx), probs.topk(2).values)
+
+
+def test_router_errors():
+    with pytest.raises(ValueError, match="top_k"):
+        Router(8, 4, 5)
+    with pytest.raises(ValueError, match=r"x: expected shape \(…, 8\)"):
+        Router(8, 4, 2)(torch.randn(3, 7))
+
+
+# ---------------------------------------------------------------- dispatch
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_batched_dispatch_equals_per_token_loop(k):
+    layer = _layer(e=5, k=k)
+    x = _x(2, 6, 8)
+    out, aux = layer(x)
+    assert out.shape == x.shape
+    torch.testing.assert_close(out, _loop_reference(layer, x), atol=1e-12, rtol=0)
+    assert aux["kept"].all()
+    assert int(aux["tokens_per_expert"].sum()) == 12 * k
+
+
+def test_uniform_router_with_all_experts_is_the_mean():
+    layer = _layer(e=4, k=4)
+    with torch.no_grad():
+        layer.router.gate.weight.zero_()
+    x = _x(7, 8)
+    out, aux = layer(x)
+    mean = torch.stack([expert(x) for expert in layer.experts]).mean(0)
+    torch.testing.assert_close(out, mean, atol=1e-12, rtol=0)
+    torch.testing.assert_close(aux["expert_weights"], torch.full((7, 4), 0.25, dtype=torch.float64))
+
+
+def test_top1_uses_exactly_one_expert_per_token():
+    layer = _layer(e=4, k=1)
+    x = _x(10, 8)
+    out, aux = layer(x)
+    idx = aux["expert_index"]
+    assert idx.shape == (10, 1)
+    torch.testing.assert_close(aux["expert_weights"], torch.ones(10, 1, dtype=torch.float64))
+    for t in range(10):
+        torch.testing.assert_close(out[t], layer.experts[int(idx[t, 0])](x[t]), atol=1e-12, rtol=0)
+
+
+def test_capacity_drops_overflow_in_priority_order():
+    layer = _layer(e=4, k=2, capacity_factor=0.5)
+    x = _x(12, 8)
+    out, aux = layer(x)
+    cap = layer.capacity(12)
+    assert cap == 3  # ceil(0.5 * 12 * 2 / 4)
+    kept, idx = aux["kept"], aux["expert_index"]
+    for e in range(4):
+        assert int((kept & (idx == e)).sum()) == min(cap, int((idx == e).sum()))
+    assert not kept.all()
+    torch.testing.assert_close(out, _loop_reference(layer, x, kept), atol=1e-12, rtol=0)
+    # first choices are served before any second choice
+    for e in range(4):
+        first = (idx[:, 0] == e)
+        if int(first.sum()) >= cap:
+            assert not (kept[:, 1] & (idx[:, 1] == e)).any()
+    dropped_tokens = ~kept.any(dim=1)
+    assert (out[dropped_tokens] == 0).all()
+
+
+def test_no_capacity_limit_by_default():
+    layer = _layer()
+    assert layer.capacity(100) is None
+
+
+# --------------------------------------------------------- balancing loss
+def test_load_balancing_loss_is_one_at_perfect_balance():
+    e, t = 4, 8
+    probs = torch.full((t, e), 1 / e)
+    idx = torch.arange(t) % e
+    assert float(load_balancing_loss(probs, idx, e)) == pytest.approx(1.0)
+    idx2 = torch.stack([torch.arange(t) % e, (torch.arange(t) + 1) % e], dim=1)
+    assert float(load_balancing_loss(probs, idx2, e)) == pytest.approx(1.0)
+    # balanced assignments make the loss 1 whatever the probabilities
+    skewed_probs = torch.softmax(torch.randn(t, e), dim=-1)
+    assert float(load_balancing_loss(skewed_probs, idx, e)) == pytest.approx(1.0, abs=1e-6)
+
+
+def test_load_balancing_loss_grows_when_skewed():
+    e, t = 4, 8
+    probs = torch.tensor([[0.7, 0.1, 0.1, 0.1]]).repeat(t, 1)
+    idx = torch.zeros(t, dtype=torch.long)
+    loss = float(load_balancing_loss(probs, idx, e))
+    assert loss == pytest.approx(e * 0.7) and loss > 1
+    assert float(load_balancing_loss(torch.eye(e)[[0] * t], idx, e)) == pytest.approx(e)  # the maximum
+
+
+def test_load_balancing_loss_matches_switch_transformers():
+    from transformers.models.switch_transformers.modeling_switch_transformers import load_balancing_loss_func
+
+    e, t = 6, 20
+    probs = torch.softmax(torch.randn(t, e, generator=torch.Generator().manual_seed(0)), dim=-1)
+    idx = probs.argmax(-1)
+    ref = load_balancing_loss_func(probs[None], idx[None])
+    torch.testing.assert_close(load_balancing_loss(probs, idx, e), ref, atol=1e-6, rtol=1e-6)
+
+
+def test_load_balancing_loss_is_differentiable_and_in_aux():
+    layer = _layer()
+    out, aux = layer(_x(5, 8))
+    loss = aux["load_balancing_loss"]
+    torch.testing.assert_close(loss, load_balancing_loss(aux["router_probs"], aux["expert_index"], 4))
+    loss.backward()
+    assert layer.router.gate.weight.grad is not None and layer.router.gate.weight.grad.abs().sum() > 0
+
+
+def test_load_balancing_loss_errors():
+    with pytest.raises(ValueError, match="router_probs"):
+        load_balancing_loss(torch.rand(4, 3), torch.zeros(4, dtype=torch.long), 4)
+    with pytest.raises(ValueError, match="expert_index"):
+        load_balancing_loss(torch.rand(4, 4), torch.zeros(5, dtype=torch.long), 4)
+    with pytest.raises(ValueError, match="expert_index"):
+        load_balancing_loss(torch.rand(4, 4), torch.full((4,), 4), 4)
+
+
+# ---------------------------------------------------------- cost scaling
+def _flops(layer, x):
+    with FlopCounterMode(display=False) as counter:
+        layer(x)
+    return counter.get_total_flops()
+
+
+def test_flops_scale_with_k_not_e():
+    d, d_ff, t = 16, 32, 24
+    x = torch.randn(t, d)
+    per_assignment = 2 * (2 * d * d_ff)  # fc1 and fc2 matmuls
+
+    def expert_flops(e, k):
+        torch.manual_seed(0)
+        layer = MoELayer(d, d_ff, e, top_k=k)
+        return _flops(layer, x) - 2 * t * d * e  # minus the router's matmul
+
+    assert expert_flops(4, 1) == expert_flops(16, 1) == t * per_assignment
+    assert expert_flops(8, 2) == expert_flops(16, 2) == 2 * t * per_assignment
+
+
+def test_param_counts_active_fraction():
+    layer = MoELayer(16, 64, 8, top_k=2)
+    c = layer.param_counts()
+    assert c["total"] == sum(p.numel() for p in layer.parameters())
+    assert c["active"] - c["router"] == (c["total"] - c["router"]) * 2 // 8
+
+
+# ------------------------------------------------------------ validation
+def test_moe_layer_errors():
+    layer = _layer()
+    with pytest.raises(ValueError, match=r"x: expected shape \(…, 8\)"):
+        layer(_x(3, 5))
+    with pytest.raises(ValueError, match="capacity_factor"):
+        MoELayer(8, 16, 4, capacity_factor=0)
+    with pytest.raises(ValueError, match="top_k"):
+        MoELayer(8, 16, 4, top_k=5)
+
+
+def test_moe_block():
+    torch.manual_seed(0)
+    block = moe_block(8, 2, n_experts=4, top_k=2)
+    x = torch.randn(2, 5, 8)
+    y = block(x)
+    assert y.shape == x.shape
+    assert block.mlp.last_aux["router_probs"].shape == (10, 4)
