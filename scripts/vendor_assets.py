@@ -25,25 +25,23 @@ ROOT = Path(__file__).resolve().parent.parent
 NODE_MODULES = ROOT / "node_modules"
 VENDOR = ROOT / "_assets" / "vendor"
 
-# package -> (destination folder, files or folders to copy, relative to the package)
+# package -> (destination folder, [(glob relative to the package, subfolder of destination)])
 MATHJAX_PARTS = [
-    "LICENSE",
-    "es5/tex-chtml.js",              # TeX input + CommonHTML output, one file
-    "es5/input/tex/extensions",      # loaded on demand by \require / autoload
-    "es5/output/chtml/fonts/woff-v2",  # the TeX fonts
-    "es5/ui",                        # context menu, lazy-loaded parts
-    "es5/a11y",                      # accessibility components (menu options)
-    "es5/sre",                       # speech rule engine used by a11y
-    "es5/adaptors",
+    ("LICENSE", ""),
+    ("es5/tex-chtml.js", "es5"),            # TeX input + CommonHTML output, one file
+    ("es5/input/tex/extensions", "es5"),    # loaded on demand by \require / autoload
+    ("es5/output/chtml/fonts/woff-v2", "es5"),  # the TeX fonts
+    ("es5/ui", "es5"),                      # context menu, lazy-loaded parts
+    ("es5/a11y", "es5"),                    # accessibility components (menu options)
+    ("es5/sre", "es5"),                     # speech rule engine used by a11y
+    ("es5/adaptors", "es5"),
 ]
-ASSETS: dict[str, tuple[str, list[str]]] = {
+WIDGET_PARTS = [(f"dist/{g}", "dist") for g in (
+    "embed-amd.js", "*.woff2", "*.woff", "*.ttf", "*.eot", "*.svg", "embed.js.LICENSE.txt")]
+ASSETS: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "mathjax": ("mathjax", MATHJAX_PARTS),
-    "requirejs": ("requirejs", ["require.js", "README.md"]),
-    "@jupyter-widgets/html-manager": (
-        "html-manager",
-        ["dist/embed-amd.js", "dist/*.woff2", "dist/*.woff", "dist/*.ttf",
-         "dist/*.eot", "dist/*.svg", "dist/embed.js.LICENSE.txt"],
-    ),
+    "requirejs": ("requirejs", [("require.js", "")]),
+    "@jupyter-widgets/html-manager": ("html-manager", WIDGET_PARTS),
 }
 # Licence per package, checked against node_modules so that a version bump
 # with a licence change is noticed; all allow redistribution with notice.
@@ -75,14 +73,19 @@ def source_url(meta: dict) -> str:
     return meta.get("homepage") or repo_url
 
 
-def copy_part(src_root: Path, pattern: str, dest: Path) -> int:
-    """Copy one file, folder or glob from src_root into dest; return files copied."""
+def copy_part(src_root: Path, part: tuple[str, str], dest: Path) -> int:
+    """Copy one file, folder or glob below src_root into dest; return files copied.
+
+    Paths keep their layout below the part's base folder (`es5/ui` -> `ui`), so
+    `es5/tex-chtml.js` finds its extensions and fonts where it expects them.
+    """
+    pattern, base = part
     matches = sorted(src_root.glob(pattern))
     if not matches:
         sys.exit(f"vendor_assets: nothing matches {src_root / pattern}")
     count = 0
     for src in matches:
-        target = dest / src.relative_to(src_root)
+        target = dest / src.relative_to(src_root / base)
         target.parent.mkdir(parents=True, exist_ok=True)
         if src.is_dir():
             shutil.copytree(src, target, dirs_exist_ok=True)
