@@ -5,6 +5,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from transformer_lib.data import running_example
 from transformer_lib.attention import (
     SelfAttention,
     causal_mask,
@@ -130,14 +131,7 @@ def test_causal_mask_bottom_right_aligned():
 
 
 # ------------------------------------------------------------------ running example (syllabus)
-X = torch.tensor([[1, 0, 1, 0, 1, 0, 0, 1], [0, 1, 0, 1, 0, 1, 1, 0],
-                  [1, 1, 0, 0, 1, 1, 0, 0], [0, 0, 1, 1, 0, 0, 1, 1]], dtype=D64)
-W_Q = torch.tensor([[1, 0, 0, 1], [0, 1, 0, 0], [0, 0, 1, 0], [1, 0, 0, 0],
-                    [0, 1, 0, 0], [0, 0, 0, 1], [0, 0, 1, 0], [0, 0, 0, 1]], dtype=D64)
-W_K = torch.tensor([[0, 1, 0, 0], [1, 0, 0, 1], [0, 0, 1, 0], [0, 0, 0, 1],
-                    [1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]], dtype=D64)
-W_V = torch.tensor([[1, 0, 0, 0], [0, 0, 1, 0], [0, 1, 0, 0], [0, 0, 0, 1],
-                    [0, 0, 1, 0], [1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 0, 1]], dtype=D64)
+X, W_Q, W_K, W_V = running_example(D64)[1:]
 
 
 def test_running_example_self_attention():

@@ -4,6 +4,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from transformer_lib.data import running_example
 from transformer_lib.attention import causal_mask, scaled_dot_product_attention
 from transformer_lib.multihead import MultiHeadAttention, merge_heads, split_heads
 
@@ -32,12 +33,7 @@ def test_split_merge_roundtrip():
 
 
 def test_running_example_two_heads():
-    X = torch.tensor([[1, 0, 1, 0, 1, 0, 0, 1], [0, 1, 0, 1, 0, 1, 1, 0],
-                      [1, 1, 0, 0, 1, 1, 0, 0], [0, 0, 1, 1, 0, 0, 1, 1]], dtype=D64)
-    W_Q = torch.tensor([[1, 0, 0, 1], [0, 1, 0, 0], [0, 0, 1, 0], [1, 0, 0, 0],
-                        [0, 1, 0, 0], [0, 0, 0, 1], [0, 0, 1, 0], [0, 0, 0, 1]], dtype=D64)
-    W_K = torch.tensor([[0, 1, 0, 0], [1, 0, 0, 1], [0, 0, 1, 0], [0, 0, 0, 1],
-                        [1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]], dtype=D64)
+    X, W_Q, W_K, _ = running_example(D64)[1:]
     q, k = split_heads(X @ W_Q, 2), split_heads(X @ W_K, 2)
     S = q @ k.transpose(-2, -1)
     S1 = torch.tensor([[2, 2, 4, 0], [2, 2, 4, 0], [3, 3, 6, 0], [1, 1, 2, 0]], dtype=D64)

@@ -1,5 +1,5 @@
-"""Small data for training small models: a character tokenizer, a built-in text and
-synthetic sequence tasks (copy, reverse, sort, induction).
+"""Small data for the chapters: the book's running example, a character tokenizer, a
+built-in text and synthetic sequence tasks (copy, reverse, sort, induction).
 
 Every task returns ``(inputs, targets)`` as LongTensors of shape ``(batch, L)`` in the
 next-token format of a decoder-only model: ``targets[:, t]`` is the token that follows
@@ -11,6 +11,7 @@ reserved as separator / start token; content tokens are ``1 … vocab_size − 1
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -19,6 +20,8 @@ __all__ = [
     "SEP",
     "IGNORE_INDEX",
     "TINY_TEXT",
+    "RunningExample",
+    "running_example",
     "CharTokenizer",
     "copy_task",
     "reverse_task",
@@ -42,6 +45,33 @@ TINY_TEXT = (
     "of a text like this one, one token at a time.\n"
 )
 """A few hundred characters about attention, for the character-level language model. Chapter 7."""
+
+
+class RunningExample(NamedTuple):
+    """The four-token example shared by several chapters (binary toy features)."""
+
+    tokens: list[str]
+    X: Tensor    # (n=4, d=8)
+    W_Q: Tensor  # (d=8, d_k=4)
+    W_K: Tensor  # (8, 4)
+    W_V: Tensor  # (8, 4)
+
+
+def running_example(dtype: torch.dtype = torch.float64) -> RunningExample:
+    """The running example "AAPL revenue beat expectations": X ``(4, 8)`` and the
+    projections W_Q, W_K, W_V ``(8, 4)``, so that Q = X W_Q etc. Chapters 2, 5 and 7."""
+    rows = {
+        "X": [[1, 0, 1, 0, 1, 0, 0, 1], [0, 1, 0, 1, 0, 1, 1, 0],
+              [1, 1, 0, 0, 1, 1, 0, 0], [0, 0, 1, 1, 0, 0, 1, 1]],
+        "W_Q": [[1, 0, 0, 1], [0, 1, 0, 0], [0, 0, 1, 0], [1, 0, 0, 0],
+                [0, 1, 0, 0], [0, 0, 0, 1], [0, 0, 1, 0], [0, 0, 0, 1]],
+        "W_K": [[0, 1, 0, 0], [1, 0, 0, 1], [0, 0, 1, 0], [0, 0, 0, 1],
+                [1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0], [0, 0, 0, 1]],
+        "W_V": [[1, 0, 0, 0], [0, 0, 1, 0], [0, 1, 0, 0], [0, 0, 0, 1],
+                [0, 0, 1, 0], [1, 0, 0, 0], [0, 1, 0, 0], [0, 0, 0, 1]],
+    }
+    mats = {k: torch.tensor(v, dtype=dtype) for k, v in rows.items()}
+    return RunningExample(["AAPL", "revenue", "beat", "expectations"], **mats)
 
 
 class CharTokenizer:
