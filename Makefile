@@ -7,7 +7,6 @@ STAMP  := $(VENV)/.installed
 PORT   ?= 8000
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
-export MPLBACKEND := Agg
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 .PHONY: install book test serve bench clean
