@@ -30,7 +30,6 @@ def time_notebook(path: Path) -> float:
 
 
 def main() -> int:
-    os.environ.setdefault("MPLBACKEND", "Agg")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     notebooks = sorted((REPO / "chapters").glob("*.ipynb")) + sorted((REPO / "exercises" / "source").glob("*.ipynb"))
     total, slow = 0.0, []
