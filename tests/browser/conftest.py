@@ -1,0 +1,139 @@
+"""Fixtures for the browser tests: the built book served on localhost, and Chromium.
+
+The book in `_build/html` is built here (reusing the execution cache) when it is missing
+or older than its sources. Every page is opened with the network limited to localhost,
+so a page that needs anything from the internet shows up as an aborted request.
+
+Environment: `BOOK_HTML_DIR` tests another built book instead of `_build/html`
+(it is then never rebuilt); `BOOK_CHROMIUM` names another Chromium binary.
+"""
+from __future__ import annotations
+
+import fcntl
+import functools
+import http.server
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from browser_helpers import PageVisitor, book_pages, root_page
+
+REPO = Path(__file__).resolve().parents[2]
+CHROMIUM = Path(os.environ.get("BOOK_CHROMIUM", "/usr/bin/chromium"))
+CUSTOM_HTML = os.environ.get("BOOK_HTML_DIR")
+HTML = Path(CUSTOM_HTML) if CUSTOM_HTML else REPO / "_build" / "html"
+SCREENSHOTS = HTML.parent / "screenshots"
+HINT = ("browser tests skipped: install Debian's chromium (apt-get install chromium) "
+        "and build the book (make book)")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run",
+                 "--disable-quic"]
+SOURCES = ["_config.yml", "_toc.yml", "*.md", "references.bib", "chapters/*.ipynb",
+           "exercises/*.ipynb", "_assets/*.css", "_assets/*.js", "_assets/vendor/NOTICE.txt"]
+
+
+def _pages() -> list[str]:
+    return book_pages(HTML, None if CUSTOM_HTML else REPO)
+
+
+def _root() -> str:
+    return root_page(HTML, None if CUSTOM_HTML else REPO)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrize `page_path` with the home page and every chapter and exercises page."""
+    if "page_path" in metafunc.fixturenames:
+        pages = [_root(), *_pages()] if _pages() else [_root(), "chapters/(none).html"]
+        metafunc.parametrize("page_path", pages, scope="session")
+
+
+@pytest.fixture(scope="session")
+def root_path() -> str:
+    """The book's home page (`intro.html`; `index.html` only redirects to it)."""
+    return _root()
+
+
+@pytest.fixture(scope="session")
+def all_page_paths() -> list[str]:
+    """Chapter and exercises pages, in table-of-contents order."""
+    return _pages()
+
+
+def _newest_source() -> float:
+    mtimes = [p.stat().st_mtime for pattern in SOURCES for p in REPO.glob(pattern)]
+    return max(mtimes, default=0.0)
+
+
+def _is_fresh() -> bool:
+    marker = HTML / "searchindex.js"  # rewritten by every Sphinx build
+    return (HTML / "index.html").exists() and marker.exists() \
+        and marker.stat().st_mtime >= _newest_source()
+
+
+def _build_book() -> None:
+    """Build `_build/html` like `make book`, unless it is already up to date."""
+    jb = Path(sys.executable).with_name("jupyter-book")
+    if not jb.exists() or not (REPO / "_config.yml").exists():
+        return
+    (REPO / "_build").mkdir(exist_ok=True)
+    with open(REPO / "_build" / ".browser-build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one build even with several test workers
+        if _is_fresh():
+            return
+        subprocess.run([str(jb), "build", ".", "--warningiserror", "--nitpick", "--keep-going"],
+                       cwd=REPO, capture_output=True, text=True, timeout=900)
+
+
+@pytest.fixture(scope="session")
+def book_html() -> Path:
+    """The folder of the built book; skips every browser test if it cannot be had."""
+    if not CHROMIUM.exists():
+        pytest.skip(HINT)
+    pytest.importorskip("playwright.sync_api", reason=HINT)
+    if not CUSTOM_HTML and not _is_fresh():
+        _build_book()  # warnings and failures are reported by tests/test_book.py
+    if not (HTML / "index.html").exists():
+        pytest.skip(HINT)
+    return HTML
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+        pass
+
+
+@pytest.fixture(scope="session")
+def server(book_html: Path) -> Iterator[str]:
+    """Base URL (`http://127.0.0.1:PORT/`) of a threaded server for the built book."""
+    handler = functools.partial(_QuietHandler, directory=str(book_html))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    httpd.daemon_threads = True
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/"
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@pytest.fixture(scope="session")
+def browser(book_html: Path):
+    """Headless Debian Chromium driven by Playwright (never a downloaded browser)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        chromium = pw.chromium.launch(executable_path=str(CHROMIUM), headless=True,
+                                      args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture(scope="session")
+def visitor(browser, server: str, book_html: Path) -> PageVisitor:
+    """Opens each page once (offline, light mode), caches what the tests inspect."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    return PageVisitor(browser, server, book_html, SCREENSHOTS)

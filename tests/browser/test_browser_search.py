@@ -1,0 +1,36 @@
+"""The book's full-text search (Sphinx's search page) finds a chapter by a term it defines."""
+from __future__ import annotations
+
+import pytest
+
+# term -> the chapter that defines it
+TERMS = [
+    ("Nadaraya", "chapters/01_data_independent_weights.html"),
+    ("equivariance", "chapters/02_building_up_attention.html"),
+    ("softmax", "chapters/02_building_up_attention.html"),
+]
+
+WAIT_FOR_RESULTS = """async () => {
+  const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+  for (let i = 0; i < 100; i++) {
+    const summary = document.querySelector("#search-results p.search-summary");
+    if (summary && summary.textContent.trim()) break;
+    await sleep(100);
+  }
+  return [...document.querySelectorAll("#search-results ul.search li a")]
+    .map((a) => a.href.split("?")[0].split("#")[0]);
+}"""
+
+
+@pytest.mark.parametrize(("term", "chapter"), TERMS)
+def test_search_finds_the_chapter(visitor, all_page_paths, term, chapter):
+    if chapter not in all_page_paths:
+        pytest.skip(f"{chapter} is not in the book yet")
+    page, report = visitor.new_page()
+    try:
+        page.goto(f"{visitor.base_url}search.html?q={term}", wait_until="load")
+        hits = page.evaluate(WAIT_FOR_RESULTS)
+    finally:
+        page.context.close()
+    assert visitor.base_url + chapter in hits, f"searching {term!r} found {hits}, not {chapter}"
+    assert not report.aborted, f"the search page asked other hosts for {report.aborted}"
