@@ -1,0 +1,9 @@
+"""Time the autograder: 20 submissions of the chapter 2 exercises with --jobs 2 (< 60 s)."""
+from __future__ import annotations
+
+import sys
+
+from transformer_lib.grading.bench import bench_grading
+
+if __name__ == "__main__":
+    sys.exit(0 if bench_grading(n=20, jobs=2) else 1)

@@ -1,0 +1,56 @@
+"""Build submissions by editing notebooks, and run checks in-process for fast tests.
+
+Only the course's own fixtures run in-process here; the autograder itself always runs
+submissions in a separate kernel process.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import textwrap
+
+from transformer_lib.grading.notebook import (BEGIN_SOLUTION, END_SOLUTION, grade_id, is_check,
+                                              regions, strip_hidden)
+
+
+def substitute(nb, edits: dict[str, str]):
+    """A copy of ``nb`` with solution regions replaced: key ``grade_id`` or ``grade_id#k`` (k-th region)."""
+    nb = copy.deepcopy(nb)
+    cells = {grade_id(c): c for c in nb.cells if grade_id(c)}
+    for key, body in edits.items():
+        gid, _, k = key.partition("#")
+        cell = cells[gid]
+        lines = cell.source.splitlines()
+        begin, end = regions(cell.source, BEGIN_SOLUTION, END_SOLUTION, gid)[int(k or 0)]
+        indent = lines[begin][: len(lines[begin]) - len(lines[begin].lstrip())]
+        new = [indent + line if line else line for line in textwrap.dedent(body).strip("\n").splitlines()]
+        cell.source = "\n".join(lines[: begin + 1] + new + lines[end:])
+    return nb
+
+
+def as_handed_in(nb):
+    """What a student hands in: the check cells as the student version shows them (no hidden tests)."""
+    nb = copy.deepcopy(nb)
+    for cell in nb.cells:
+        if is_check(cell):
+            cell.source = strip_hidden(cell.source)
+    return nb
+
+
+def run_inprocess(nb) -> dict[str, str | None]:
+    """Execute the code cells in one namespace; ``{check grade_id: None if passed, else the error}``."""
+    namespace: dict = {"__name__": "__main__"}
+    results: dict[str, str | None] = {}
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code" or "skip-execution" in cell.metadata.get("tags", []):
+            continue
+        error = None
+        with contextlib.redirect_stdout(io.StringIO()):
+            try:
+                exec(compile(cell.source, f"<cell {i}>", "exec"), namespace)
+            except Exception as err:  # noqa: BLE001 - any error fails the cell, as in a kernel
+                error = f"{type(err).__name__}: {err}"
+        if is_check(cell):
+            results[grade_id(cell)] = error
+    return results

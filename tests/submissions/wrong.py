@@ -1,0 +1,93 @@
+"""Known-wrong solutions: for each, the solution bodies substituted (by grade_id), the checks
+that must catch it (and only those), and a phrase the first failing message must contain."""
+from __future__ import annotations
+
+WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
+    "01_data_independent_weights": {
+        "embedding via W_E @ one_hot, wrong orientation": ({"embed_via_one_hot": """
+            one_hot = F.one_hot(ids, num_classes=W_E.shape[0]).to(W_E.dtype)
+            return W_E.T @ one_hot.T
+            """}, {"check_embedding_lookup"}, "transposed"),
+        "NW weights not normalised": ({"nadaraya_watson": """
+            differences = x_query[:, None] - x_train[None, :]
+            kernel = torch.exp(-differences**2 / (2 * bandwidth**2))
+            return kernel @ y_train, kernel
+            """}, {"check_nadaraya_watson"}, "normalised"),
+        "NW weights transposed": ({"nadaraya_watson": """
+            differences = x_query[:, None] - x_train[None, :]
+            kernel = torch.exp(-differences**2 / (2 * bandwidth**2))
+            weights = kernel / kernel.sum(dim=1, keepdim=True)
+            return weights @ y_train, weights.T
+            """}, {"check_nadaraya_watson"}, "transposed"),
+        "NW kernel without the 2": ({"nadaraya_watson": """
+            differences = x_query[:, None] - x_train[None, :]
+            kernel = torch.exp(-differences**2 / bandwidth**2)
+            weights = kernel / kernel.sum(dim=1, keepdim=True)
+            return weights @ y_train, weights
+            """}, {"check_nadaraya_watson"}, "kernel width"),
+        "fixed mixing accepts smaller sets": ({"accepted_set_sizes": """
+            return [size for size in sizes if size <= W.shape[0]]
+            """}, {"check_accepted_set_sizes"}, "smaller sets"),
+    },
+    "02_building_up_attention": {
+        "scores typed transposed (K Q^T)": ({"hand_scores": """
+            S = torch.tensor([[5.0, 4.0, 7.0], [3.0, 2.0, 3.0], [6.0, 4.0, 6.0]])
+            """}, {"check_hand_scores"}, "transposed"),
+        "hand weights without 1/sqrt(d_k)": ({"hand_weights": """
+            A = torch.softmax(S.double(), dim=-1)
+            Z = A @ V.double()
+            """}, {"check_hand_weights"}, "√d_k"),
+        "softmax over the wrong axis": ({"stable_softmax": """
+            shifted = x - x.amax(dim=0, keepdim=True)
+            exponentials = torch.exp(shifted)
+            return exponentials / exponentials.sum(dim=0, keepdim=True)
+            """}, {"check_stable_softmax"}, "wrong axis"),
+        "naive softmax that overflows": ({"stable_softmax": """
+            exponentials = torch.exp(x)
+            return exponentials / exponentials.sum(dim=dim, keepdim=True)
+            """}, {"check_stable_softmax"}, "overflow"),
+        "softmax via torch.softmax": ({"stable_softmax": """
+            return torch.softmax(x, dim=dim)
+            """}, {"check_stable_softmax"}, "from scratch"),
+        "attention missing 1/sqrt(d_k)": ({"attention": """
+            scores = Q @ K.transpose(-2, -1)
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            weights = torch.softmax(scores, dim=-1)
+            return weights @ V, weights
+            """}, {"check_attention", "check_masked_attention"}, "√d_k"),
+        "attention mask applied after the softmax": ({"attention": """
+            scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+            weights = torch.softmax(scores, dim=-1)
+            if mask is not None:
+                weights = weights * mask
+            return weights @ V, weights
+            """}, {"check_masked_attention"}, "after the softmax"),
+        "attention with transposed weights": ({"attention": """
+            scores = K @ Q.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+            if mask is not None:
+                scores = scores.masked_fill(~mask.transpose(-2, -1), float("-inf"))
+            weights = torch.softmax(scores, dim=-2)
+            return weights.transpose(-2, -1) @ V, weights
+            """}, {"check_attention", "check_masked_attention"}, "transposed"),
+        "attention softmax over the queries": ({"attention": """
+            scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            weights = torch.softmax(scores, dim=-2)
+            return weights @ V, weights
+            """}, {"check_attention", "check_masked_attention"}, "wrong axis"),
+        "score std answered with the variance": ({"variance_questions#0": """
+            return float(d_k)
+            """}, {"check_score_std"}, "variance"),
+        "score range of one standard deviation": ({"variance_questions#1": """
+            return (-math.sqrt(d_k), math.sqrt(d_k))
+            """}, {"check_score_range"}, "±1 standard deviation"),
+        "dividing by d_k confused with dividing by sqrt(d_k)": ({"variance_questions#2": """
+            return 1.0
+            """}, {"check_variance_divided_by_dk"}, "d_k²"),
+        "score std hard-coded to the visible answer": ({"variance_questions#0": """
+            return 16.0
+            """}, {"check_score_std"}, "score_std(1)"),
+    },
+}

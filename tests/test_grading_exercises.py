@@ -1,0 +1,96 @@
+"""The exercise checks: pass on the instructor notebooks, fail on the student notebooks, and
+catch each known-wrong solution with exactly the checks meant to catch it (in-process, fast)."""
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+
+from repo_paths import REPO  # noqa: E402
+from submissions.helpers import as_handed_in, run_inprocess, substitute  # noqa: E402
+from submissions.wrong import WRONG  # noqa: E402
+from transformer_lib.grading.notebook import check_cells, grade_id, read  # noqa: E402
+
+SOURCES = sorted((REPO / "exercises" / "source").glob("*.ipynb"))
+NAMES = [p.stem for p in SOURCES]
+
+
+def _source(stem: str):
+    return read(REPO / "exercises" / "source" / f"{stem}.ipynb")
+
+
+def _points(nb) -> dict[str, float]:
+    return {grade_id(c): c.metadata["nbgrader"]["points"] for _, c in check_cells(nb)}
+
+
+def test_both_chapters_have_exercises():
+    assert NAMES == ["01_data_independent_weights", "02_building_up_attention"]
+
+
+@pytest.mark.parametrize("stem", NAMES)
+def test_every_check_passes_on_the_instructor_version(stem):
+    results = run_inprocess(_source(stem))
+    assert results and set(results) == set(_points(_source(stem)))
+    assert {g: e for g, e in results.items() if e} == {}
+
+
+@pytest.mark.parametrize("stem", NAMES)
+def test_every_check_fails_on_the_student_version(stem):
+    results = run_inprocess(read(REPO / "exercises" / f"{stem}.ipynb"))
+    assert set(results) == set(_points(_source(stem)))
+    assert [g for g, e in results.items() if e is None] == []
+
+
+CASES = [(stem, name) for stem in WRONG for name in WRONG[stem]]
+
+
+@pytest.mark.parametrize("stem,name", CASES, ids=[f"{s[:2]}-{n}" for s, n in CASES])
+def test_wrong_submission_loses_exactly_its_points(stem, name):
+    edits, caught_by, phrase = WRONG[stem][name]
+    nb = _source(stem)
+    results = run_inprocess(substitute(nb, edits))
+    failed = {g for g, e in results.items() if e}
+    points = _points(nb)
+    assert failed == caught_by, f"{name}: failed {sorted(failed)}, expected {sorted(caught_by)}"
+    lost = sum(points[g] for g in failed)
+    assert lost == sum(points[g] for g in caught_by) > 0
+    messages = "\n".join(results[g] for g in sorted(caught_by))
+    assert phrase in messages, f"{name}: no {phrase!r} in the messages:\n{messages}"
+    assert all(e.startswith("AssertionError") for g, e in results.items() if e), messages
+
+
+def test_hard_coded_answer_passes_the_visible_check_only():
+    """The visible check cannot tell a hard-coded answer; the hidden tests do."""
+    edits, _, _ = WRONG["02_building_up_attention"]["score std hard-coded to the visible answer"]
+    visible = run_inprocess(as_handed_in(substitute(_source("02_building_up_attention"), edits)))
+    assert visible["check_score_std"] is None
+
+
+@pytest.mark.parametrize("stem", NAMES)
+def test_check_cells_state_their_points(stem):
+    for _, cell in check_cells(_source(stem)):
+        first = cell.source.splitlines()[0]
+        m = re.match(r"# Check [0-9.a-z]+ \((\d+) points?\)", first)
+        assert m, f"{grade_id(cell)}: first line should be '# Check N (P points)…', got {first!r}"
+        assert float(m.group(1)) == cell.metadata["nbgrader"]["points"], grade_id(cell)
+
+
+@pytest.mark.parametrize("stem", NAMES)
+def test_each_exercise_opens_with_a_box(stem):
+    """A MyST admonition with the task, a difficulty and a time estimate under each exercise heading."""
+    texts = [c.source for c in read(REPO / "exercises" / f"{stem}.ipynb").cells if c.cell_type == "markdown"]
+    exercises = [t for t in texts if re.search(r"^## \d+\.\d+ ", t, re.M)]
+    assert len(exercises) >= 3
+    for text in exercises:
+        assert re.search(r":::\{admonition\} Exercise \d+\.\d+\n:class: tip", text), text[:80]
+        assert "**Task.**" in text and "**Difficulty:**" in text and "**Time:**" in text, text[:80]
+
+
+@pytest.mark.parametrize("stem", NAMES)
+def test_student_notebook_starts_with_how_to_run_and_self_check(stem):
+    first = read(REPO / "exercises" / f"{stem}.ipynb").cells[0]
+    assert first.cell_type == "markdown" and first.source.startswith("# Exercises: ")
+    assert "How to run and self-check" in first.source and "✓" in first.source

@@ -1,0 +1,81 @@
+"""Command line: ``python -m transformer_lib.grading {release,grade,bench}``.
+
+    release  [--source exercises/source] [--dest exercises] [--check]
+    grade    SOURCE.ipynb SUBMISSION... --out DIR [--jobs N] [--cell-timeout S] [--timeout S] [--quiet]
+    bench    [--n 20] [--jobs 2]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def _release(args: argparse.Namespace) -> int:
+    from .notebook import MarkerError, release_all
+
+    try:
+        changed = release_all(args.source, args.dest, check=args.check)
+    except MarkerError as err:
+        print(f"release refused: {err}", file=sys.stderr)
+        return 2
+    if args.check:
+        for path in changed:
+            print(f"out of date: {path} (run `python -m transformer_lib.grading release`)", file=sys.stderr)
+        return 1 if changed else 0
+    for path in changed:
+        print(f"wrote {path}")
+    return 0
+
+
+def _grade(args: argparse.Namespace) -> int:
+    from .grade import GradingError, grade
+    from .notebook import MarkerError
+
+    try:
+        results = grade(args.source, args.submissions, args.out, jobs=args.jobs,
+                        cell_timeout=args.cell_timeout, timeout=args.timeout, progress=not args.quiet)
+    except (GradingError, MarkerError, FileNotFoundError) as err:
+        print(f"grading stopped: {err}", file=sys.stderr)
+        return 2
+    for r in results:
+        print(f"{r.name}: {r.total:g} / {r.max_score:g}" + (f"  ({len(r.notes)} note(s))" if r.notes else ""))
+    print(f"reports written to {args.out}")
+    return 0
+
+
+def _bench(args: argparse.Namespace) -> int:
+    from .bench import bench_grading
+
+    return 0 if bench_grading(n=args.n, jobs=args.jobs) else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line and run the sub-command."""
+    parser = argparse.ArgumentParser(prog="python -m transformer_lib.grading",
+                                     description="Release and grade the course's exercise notebooks.")
+    sub = parser.add_subparsers(dest="command", required=True)
+    rel = sub.add_parser("release", help="write the student notebooks from the instructor notebooks")
+    rel.add_argument("--source", type=Path, default=Path("exercises/source"))
+    rel.add_argument("--dest", type=Path, default=Path("exercises"))
+    rel.add_argument("--check", action="store_true", help="only report student notebooks that are out of date")
+    rel.set_defaults(run=_release)
+    gr = sub.add_parser("grade", help="grade submissions against an instructor notebook")
+    gr.add_argument("source", type=Path, help="the instructor notebook (exercises/source/NN_topic.ipynb)")
+    gr.add_argument("submissions", nargs="+", type=Path, help="submitted notebooks, or folders of them")
+    gr.add_argument("--out", type=Path, required=True, help="folder for grades.csv and the reports")
+    gr.add_argument("--jobs", type=int, default=1, help="submissions graded in parallel")
+    gr.add_argument("--cell-timeout", type=float, default=30.0, help="seconds per cell before an interrupt")
+    gr.add_argument("--timeout", type=float, default=300.0, help="seconds per notebook before it is killed")
+    gr.add_argument("--quiet", action="store_true", help="no progress bar")
+    gr.set_defaults(run=_grade)
+    be = sub.add_parser("bench", help="time the grading of n chapter-2 submissions")
+    be.add_argument("--n", type=int, default=20)
+    be.add_argument("--jobs", type=int, default=2)
+    be.set_defaults(run=_bench)
+    args = parser.parse_args(argv)
+    return args.run(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

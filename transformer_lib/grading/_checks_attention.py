@@ -1,0 +1,202 @@
+"""Checks for the chapter 2 exercises written as functions: softmax, attention, √d_k.
+
+Imported into :mod:`transformer_lib.grading.checks`, which is where notebooks call them.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ._checktools import (_ATTENTIONS, _SOFTMAXES, as_array, call, check_finite, check_shape, close,
+                          fail, forbid, ok, record, unpack_pair)
+
+
+def _seeded(seed: int, *shape: int, scale: float = 1.0) -> torch.Tensor:
+    return scale * torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def check_stable_softmax(fn: Callable, x: torch.Tensor | None = None, dim: int = -1) -> None:
+    """``fn(x, dim)`` must equal ``torch.softmax(x, dim)``, also for entries of ±1000. Chapter 2."""
+    x = torch.tensor([[1.0, 2.0, 3.0], [1000.0, 999.0, -5.0]]) if x is None else x
+    atol, rtol = 1e-6, 1e-5
+    expected = torch.softmax(x.double(), dim=dim).numpy()
+    with forbid(_SOFTMAXES, "stable_softmax"):
+        out = call(fn, x.clone(), dim=dim, what="stable_softmax(x, dim)")
+    got = as_array(out, "stable_softmax(x)")
+    record("stable_softmax", {"out": got}, atol=atol, rtol=rtol)
+    check_shape(got, expected.shape, "stable_softmax(x)", "softmax keeps the shape of its input")
+    check_finite(got, "stable_softmax(x)", "exp overflows for large entries (exp(1000) = inf): subtract "
+                 "the maximum along `dim` (x.amax(dim, keepdim=True)) before exponentiating")
+    sums = got.sum(axis=dim)
+    if not np.allclose(sums, 1.0, atol=1e-5):
+        other = [d for d in range(got.ndim) if d != dim % got.ndim and np.allclose(got.sum(axis=d), 1.0, atol=1e-5)]
+        hint = (f"did you take the softmax over the wrong axis (dim={other[0]} instead of dim={dim})?"
+                if other else "did you divide by the sum along `dim` (with keepdim=True)?")
+        fail(f"the output does not sum to 1 along dim={dim} — {hint} (sums shown)", np.ones_like(sums), sums)
+    if not close(got, expected, atol, rtol):
+        fail(f"stable_softmax differs from the softmax along dim={dim} (atol {atol}, rtol {rtol})",
+             expected, got)
+    ok(f"stable_softmax matches torch.softmax on an input of shape {tuple(x.shape)}, "
+       f"largest |entry| {float(x.abs().max()):g} (rtol {rtol})")
+
+
+def _weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, scale: float,
+             dim: int = -1) -> torch.Tensor:
+    scores = q @ k.transpose(-2, -1) * scale
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, dim=dim)
+
+
+def _run_attention(fn: Callable, q, k, v, mask, what: str) -> tuple[np.ndarray, np.ndarray]:
+    kwargs = {} if mask is None else {"mask": mask.clone()}
+    with forbid(_ATTENTIONS, "attention"):
+        result = call(fn, q.clone(), k.clone(), v.clone(), what=what, **kwargs)
+    z, a = unpack_pair(result, "attention", ("Z", "A"))
+    return as_array(z, "Z"), as_array(a, "A")
+
+
+def _diagnose_weights(a: np.ndarray, q, k, mask, expected: np.ndarray, atol: float) -> None:
+    """Raise with the misconception that explains a wrong A, if one does."""
+    d_k, scale = q.shape[-1], 1 / math.sqrt(q.shape[-1])
+    if a.shape == expected.shape and close(a, np.swapaxes(expected, -1, -2), atol, atol) \
+            and not close(a, expected, atol, atol):
+        fail("A looks transposed: A[i, j] is how much query i attends to key j, so compute "
+             "softmax(Q Kᵀ/√d_k) with the softmax over the keys (dim=-1)", expected, a)
+    check_shape(a, expected.shape, "A", "one row per query, one column per key: (…, n, m)")
+    if mask is not None:
+        allowed = mask.expand(expected.shape).numpy()
+        unmasked = _weights(q, k, None, scale).numpy()
+        if np.allclose(np.where(allowed, a, 0.0), np.where(allowed, unmasked, 0.0), atol=atol) \
+                and not close(a, expected, atol, atol):
+            sums = a.sum(axis=-1)
+            fail("rows of A do not sum to 1 — did you apply the mask after the softmax? Set masked "
+                 "scores to −inf before the softmax so the remaining weights renormalise (row sums shown)",
+                 np.ones_like(sums), sums)
+        if not np.allclose(a[~allowed], 0.0, atol=atol):
+            fail("weights at masked positions must be exactly 0: set the scores to −inf where the mask "
+                 "is False before the softmax (True = may attend, PyTorch's convention)", expected, a)
+    check_finite(a, "A", "exp overflows unless the softmax subtracts the row maximum")
+    variants = {
+        f"did you forget to divide the scores by √d_k = √{d_k}?": _weights(q, k, mask, 1.0),
+        f"divide the scores by √d_k = {math.sqrt(d_k):g}, not by d_k = {d_k}": _weights(q, k, mask, 1 / d_k),
+        "rows of A do not sum to 1 — did you take the softmax over the wrong axis (dim=-2)? It runs over "
+        "the keys (dim=-1)": _weights(q, k, mask, scale, dim=-2),
+    }
+    for hint, variant in variants.items():
+        if close(a, variant.numpy(), atol, atol):
+            fail(hint, expected, a)
+    if not close(a, expected, atol, atol):
+        fail(f"A differs from softmax(Q Kᵀ/√d_k) (atol {atol})", expected, a)
+
+
+def _check_attention(fn: Callable, q, k, v, mask, label: str) -> None:
+    atol = 1e-6
+    scale = 1 / math.sqrt(q.shape[-1])
+    a_ref = _weights(q, k, mask, scale).numpy()
+    z_ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).numpy()
+    z, a = _run_attention(fn, q, k, v, mask, "attention(Q, K, V" + (", mask)" if mask is not None else ")"))
+    record(label, {"Z": z, "A": a}, atol=atol, rtol=atol)
+    _diagnose_weights(a, q, k, mask, a_ref, atol)
+    square = a_ref.shape[-1] == a_ref.shape[-2]
+    if square and z.shape == z_ref.shape and close(z, np.swapaxes(a_ref, -1, -2) @ v.numpy(), atol, atol) \
+            and not close(z, z_ref, atol, atol):
+        fail("Z = A V: row i of Z is query i's weighted average of the value rows (did you use Aᵀ?)", z_ref, z)
+    check_shape(z, z_ref.shape, "Z", "one row per query, d_v columns: (…, n, d_v)")
+    if not close(z, z_ref, atol, atol):
+        fail(f"Z differs from torch.nn.functional.scaled_dot_product_attention (atol {atol})", z_ref, z)
+
+
+def check_attention(fn: Callable, q: torch.Tensor | None = None, k: torch.Tensor | None = None,
+                    v: torch.Tensor | None = None) -> None:
+    """``fn(Q (…, n, d_k), K (…, m, d_k), V (…, m, d_v)) -> (Z (…, n, d_v), A (…, n, m))``. Chapter 2."""
+    q = _seeded(10, 4, 8, scale=1.5) if q is None else q
+    k = _seeded(11, 4, 8, scale=1.5) if k is None else k
+    v = _seeded(12, 4, 3) if v is None else v
+    _check_attention(fn, q, k, v, None, "attention")
+    ok(f"attention matches softmax(Q Kᵀ/√d_k) and torch's scaled_dot_product_attention for "
+       f"Q {tuple(q.shape)}, K {tuple(k.shape)}, V {tuple(v.shape)} (atol 1e-6)")
+
+
+def check_masked_attention(fn: Callable, q: torch.Tensor | None = None, k: torch.Tensor | None = None,
+                           v: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> None:
+    """``fn(Q, K, V, mask=mask)`` with a bool mask (True = may attend), e.g. causal. Chapter 2."""
+    q = _seeded(20, 5, 4, scale=1.5) if q is None else q
+    k = _seeded(21, 5, 4, scale=1.5) if k is None else k
+    v = _seeded(22, 5, 3) if v is None else v
+    mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril() if mask is None else mask
+    _check_attention(fn, q, k, v, mask, "masked_attention")
+    ok(f"masked attention: weights are 0 where the mask is False, rows sum to 1, output matches "
+       f"torch for a mask of shape {tuple(mask.shape)} (atol 1e-6)")
+
+
+# ------------------------------------------------- the d_k = 256 questions (q, k with iid N(0, 1))
+
+_E_Q, _E_Q2 = 0.0, 1.0  # mean and second moment of each entry of q (and of k): N(0, 1)
+
+
+def _score_variance(d_k: int, divisor: float = 1.0) -> float:
+    """Var(qᵀk / divisor): d_k independent terms q_i k_i, each of variance E[q²]E[k²] − (E[q]E[k])²."""
+    term = _E_Q2 * _E_Q2 - (_E_Q * _E_Q) ** 2
+    return d_k * term / divisor**2
+
+
+def _number(fn: Callable, d_k: int, what: str) -> np.ndarray:
+    return as_array(call(fn, d_k, what=f"{what}({d_k})"), what)
+
+
+def _check_numbers(fn: Callable, d_ks: list[int], what: str, reference: Callable,
+                   hints: dict[str, Callable]) -> None:
+    rtol = 1e-6
+    got = {d: _number(fn, d, what) for d in d_ks}
+    record(what, {f"d_k={d}": g for d, g in got.items()}, rtol=rtol)
+    for d, g in got.items():
+        expected = np.asarray(reference(d), dtype=np.float64)
+        check_shape(g, expected.shape, f"{what}({d})")
+        if not close(g, expected, 1e-12, rtol):
+            for hint, variant in hints.items():
+                if close(g, np.asarray(variant(d), dtype=np.float64), 1e-12, rtol):
+                    fail(f"{what}({d}): {hint}", expected, g)
+            fail(f"{what}({d}) is not right for q, k with independent N(0, 1) entries", expected, g)
+
+
+def check_score_std(fn: Callable, d_ks: list[int] | None = None) -> None:
+    """``fn(d_k)`` = standard deviation of the raw score qᵀk (16 for d_k = 256). Chapter 2."""
+    d_ks = [256] if d_ks is None else d_ks
+    _check_numbers(fn, d_ks, "score_std", lambda d: math.sqrt(_score_variance(d)), {
+        "that is the variance Var(qᵀk) = d_k; the standard deviation is its square root":
+            _score_variance,
+        "that is the standard deviation after dividing by √d_k; the question is about the raw qᵀk":
+            lambda d: 1.0})
+    ok(f"score_std: the raw score qᵀk has standard deviation √d_k for d_k in {d_ks}")
+
+
+def check_score_range(fn: Callable, d_ks: list[int] | None = None) -> None:
+    """``fn(d_k)`` = ``(low, high)``, mean ± 2 standard deviations of qᵀk (±32 for d_k = 256). Chapter 2."""
+    d_ks = [256] if d_ks is None else d_ks
+
+    def two_sigma(d: int, k: float = 2.0) -> tuple[float, float]:
+        return (-k * math.sqrt(_score_variance(d)), k * math.sqrt(_score_variance(d)))
+
+    _check_numbers(fn, d_ks, "score_range", two_sigma, {
+        "that is ±1 standard deviation (about 68% of scores); the question asks for ±2 (about 95%)":
+            lambda d: two_sigma(d, 1.0),
+        "the range uses the standard deviation √d_k, not the variance d_k":
+            lambda d: (-2.0 * _score_variance(d), 2.0 * _score_variance(d))})
+    ok(f"score_range: about 95% of raw scores lie within ±2√d_k for d_k in {d_ks}")
+
+
+def check_variance_divided_by_dk(fn: Callable, d_ks: list[int] | None = None) -> None:
+    """``fn(d_k)`` = Var(qᵀk / d_k) = 1/d_k (1/256 for d_k = 256). Chapter 2."""
+    d_ks = [256] if d_ks is None else d_ks
+    _check_numbers(fn, d_ks, "variance_divided_by_dk", lambda d: _score_variance(d, divisor=d), {
+        "that is the variance after dividing by √d_k; dividing by d_k divides the variance by d_k²":
+            lambda d: _score_variance(d, divisor=math.sqrt(d)),
+        "Var(c·X) = c²·Var(X): with c = 1/d_k the variance is d_k/d_k² = 1/d_k":
+            lambda d: _score_variance(d) / d**3})
+    ok(f"variance_divided_by_dk: dividing by d_k leaves variance 1/d_k (nearly uniform attention), "
+       f"d_k in {d_ks}")

@@ -1,0 +1,52 @@
+"""Time the grading of n submissions of the chapter 2 exercises (``make bench``).
+
+The submissions are made from the committed notebooks: most are correct (the instructor
+solutions under the student's check cells), a few are the blank student version. The
+instructor notebook is run too, as in every grading run. The target: 20 submissions with
+``--jobs 2`` in under 60 s on a 2-core machine.
+"""
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+from . import grade as grade_module
+from .notebook import dumps, read, release, strip_hidden, is_check
+
+REPO = Path(__file__).resolve().parents[2]
+SOURCE = REPO / "exercises" / "source" / "02_building_up_attention.ipynb"
+LIMIT_S = 60.0
+
+
+def _correct_submission(source: Path) -> str:
+    """The instructor notebook as a student who solved everything would hand it in."""
+    nb = read(source)
+    for cell in nb.cells:
+        if is_check(cell):
+            cell.source = strip_hidden(cell.source)
+    return dumps(nb)
+
+
+def bench_grading(n: int = 20, jobs: int = 2, source: Path = SOURCE, limit: float = LIMIT_S) -> bool:
+    """Grade ``n`` submissions with ``jobs`` workers; print the time; True if under ``limit``."""
+    tmp = Path(tempfile.mkdtemp(prefix="bench-grading-"))
+    try:
+        subs = tmp / "submissions"
+        subs.mkdir()
+        correct, blank = _correct_submission(source), dumps(release(read(source)))
+        for i in range(n):
+            (subs / f"student_{i:02d}.ipynb").write_text(blank if i % 5 == 4 else correct, encoding="utf-8")
+        grade_module._REFERENCE_CACHE.clear()
+        start = time.perf_counter()
+        results = grade_module.grade(source, [subs], tmp / "out", jobs=jobs, cell_timeout=30, timeout=120,
+                                     progress=False)
+        seconds = time.perf_counter() - start
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    full = sum(r.total == r.max_score for r in results)
+    ok = seconds < limit and full == n - n // 5
+    print(f"{'grading ' + str(n) + ' chapter-2 submissions (--jobs ' + str(jobs) + ')':<55} {seconds:8.1f}"
+          f"{'' if seconds < limit else f'  > {limit:.0f} s limit'}  ({full} full marks)")
+    return ok

@@ -1,0 +1,71 @@
+"""Write the grading reports: ``grades.csv``, and per submission a Gradescope-style
+``results.json`` and a Markdown ``feedback.md``.
+
+Layout of the output folder::
+
+    grades.csv                   one row per submission: name, one column per grade_id, total, max, notes
+    <name>/results.json          score, output, tests[] (name, score, max_score, status, output, visibility)
+    <name>/feedback.md           the score, the notes and each check's message for the student
+
+Messages are the checks' ``AssertionError`` texts (or the error a cell raised); the source of
+the hidden tests is never written.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .grade import Check, SubmissionResult
+
+MAX_MESSAGE = 2000
+
+
+def _fmt(x: float) -> str:
+    return f"{x:g}"
+
+
+def results_json(result: SubmissionResult) -> dict:
+    """The Gradescope autograder ``results.json`` of one submission."""
+    tests = [{"name": c.grade_id, "score": c.score, "max_score": c.max_score,
+              "status": "passed" if c.score == c.max_score else "failed",
+              "output": c.message[:MAX_MESSAGE], "visibility": "visible"} for c in result.checks]
+    summary = f"Score {_fmt(result.total)} / {_fmt(result.max_score)}."
+    if result.notes:
+        summary += "\nNotes:\n" + "\n".join(f"- {n}" for n in result.notes)
+    return {"score": result.total, "output": summary, "tests": tests}
+
+
+def feedback_markdown(result: SubmissionResult) -> str:
+    """The feedback a student reads: score, notes, then each check's outcome and message."""
+    lines = [f"# Feedback: {result.name}", "",
+             f"**Score: {_fmt(result.total)} / {_fmt(result.max_score)}**", ""]
+    if result.notes:
+        lines += ["## Notes", ""] + [f"- {n}" for n in result.notes] + [""]
+    lines += ["## Checks", ""]
+    for c in result.checks:
+        mark = "✓" if c.score == c.max_score else "✗"
+        lines += [f"### {mark} `{c.grade_id}`: {_fmt(c.score)} / {_fmt(c.max_score)}", ""]
+        if c.message != "passed":
+            lines += ["```text", c.message[:MAX_MESSAGE].replace("```", "'''"), "```", ""]
+    return "\n".join(lines)
+
+
+def write_reports(out_dir: Path, results: list[SubmissionResult], checks: list[Check]) -> None:
+    """Write grades.csv and the per-submission files into ``out_dir``."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / "grades.csv", "w", newline="", encoding="utf-8") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["submission", *[c.grade_id for c in checks], "total", "max", "notes"])
+        for r in results:
+            scores = {c.grade_id: _fmt(c.score) for c in r.checks}
+            writer.writerow([r.name, *[scores.get(c.grade_id, "0") for c in checks],
+                             _fmt(r.total), _fmt(sum(c.points for c in checks)), " | ".join(r.notes)])
+    for r in results:
+        folder = out_dir / r.name
+        folder.mkdir(exist_ok=True)
+        (folder / "results.json").write_text(json.dumps(results_json(r), indent=1, ensure_ascii=False),
+                                             encoding="utf-8")
+        (folder / "feedback.md").write_text(feedback_markdown(r), encoding="utf-8")

@@ -1,0 +1,144 @@
+"""The grading worker: runs one prepared notebook in a fresh kernel, in its own process.
+
+:mod:`transformer_lib.grading.runner` starts it as ``python -m transformer_lib.grading.worker``
+in a new process group and writes the job (JSON) to its stdin. The worker never runs student
+code itself: nbclient starts an IPython kernel (a further process) and sends it the cells.
+After each cell the worker appends one JSON line to the job's events file, so that what was
+graded survives even if the whole process group is later killed:
+
+- ``{"kernel_pid": …}`` once the kernel runs;
+- ``{"cell": i, "grade_id": …, "status": "ok" | "error", "ename", "evalue", "timed_out",
+  "output", "truncated"}`` per executed code cell (status from the kernel's execute_reply);
+- ``{"dead": i}`` if the kernel died while running cell ``i``; ``{"done": true}`` at the end.
+
+For a check cell, the ``.npz`` files the checks wrote into the kernel's record folder during
+that cell are moved to ``records/<grade_id>/``; anything found there before the cell is removed.
+"""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import nbformat
+from nbclient import NotebookClient
+from nbclient.exceptions import DeadKernelError
+
+from .notebook import grade_id, is_check
+
+MAX_RECORD_FILE = 5_000_000  # bytes per .npz file moved out of the kernel's folder
+
+
+class GradingClient(NotebookClient):
+    """A NotebookClient that caps stored output per cell and reports each cell as it ends."""
+
+    def __init__(self, nb: nbformat.NotebookNode, job: dict[str, Any]) -> None:
+        super().__init__(
+            nb, kernel_name="python3", timeout=math.ceil(job["cell_timeout"]), interrupt_on_timeout=True,
+            error_on_timeout={"ename": "CellTimeoutError", "traceback": [],
+                              "evalue": f"cell exceeded {job['cell_timeout']} s and was interrupted"},
+            allow_errors=True, store_widget_state=False, record_timing=False, iopub_timeout=4,
+            shutdown_kernel="immediate", resources={"metadata": {"path": job["cwd"]}},
+            on_notebook_start=self._started, on_cell_execute=self._before_cell,
+            on_cell_executed=self._after_cell)
+        self.job = job
+        self.current = -1
+        self._used: dict[int, int] = {}
+        self._truncated: set[int] = set()
+        self._timed_out: set[int] = set()
+
+    # ------------------------------------------------------------ events
+    def emit(self, event: dict[str, Any]) -> None:
+        """Append one JSON line to the events file."""
+        with open(self.job["events"], "a", encoding="utf-8") as fh:
+            fh.write(json.dumps(event) + "\n")
+
+    def _started(self, notebook: Any = None, **_: Any) -> None:
+        self.emit({"kernel_pid": getattr(self.km.provisioner, "pid", None)})
+
+    def _before_cell(self, cell: Any, cell_index: int, **_: Any) -> None:
+        self.current = cell_index
+        if is_check(cell):
+            _empty(Path(self.job["live"]))
+
+    def _after_cell(self, cell: Any, cell_index: int, execute_reply: Any, **_: Any) -> None:
+        content = (execute_reply or {}).get("content", {})
+        gid = grade_id(cell) if is_check(cell) else None
+        if gid:
+            _move_records(Path(self.job["live"]), Path(self.job["records"]) / gid)
+        self.emit({"cell": cell_index, "grade_id": gid, "status": content.get("status", "error"),
+                   "ename": str(content.get("ename", ""))[:200],
+                   "evalue": str(content.get("evalue", ""))[: self.job["output_cap"]],
+                   "timed_out": cell_index in self._timed_out,
+                   "output": _text(cell.get("outputs", []))[: self.job["output_cap"]],
+                   "truncated": cell_index in self._truncated})
+
+    # ------------------------------------------------------------ nbclient overrides
+    async def _async_handle_timeout(self, timeout: int, cell: Any = None) -> Any:
+        self._timed_out.add(self.current)
+        return await super()._async_handle_timeout(timeout, cell)
+
+    def output(self, outs: list, msg: dict, display_id: str | None, cell_index: int) -> Any:
+        """Keep at most ``output_cap`` characters of output per cell; drop the rest unread."""
+        content = msg.get("content", {})
+        text = content.get("text") if isinstance(content.get("text"), str) else None
+        size = len(text) if text is not None else sum(len(str(v)) for v in content.get("data", {}).values())
+        used, cap = self._used.get(cell_index, 0), self.job["output_cap"]
+        self._used[cell_index] = used + size
+        if used + size > cap:
+            self._truncated.add(cell_index)
+            if text is None or used >= cap:
+                return None
+            msg = {**msg, "content": {**content, "text": text[: cap - used]}}
+        return super().output(outs, msg, display_id, cell_index)
+
+
+def _text(outputs: list) -> str:
+    """The printed text of a cell: streams and plain-text results."""
+    parts = []
+    for out in outputs:
+        if out.get("output_type") == "stream":
+            parts.append(out.get("text", ""))
+        elif "data" in out:
+            parts.append(str(out["data"].get("text/plain", "")) + "\n")
+    return "".join(parts)
+
+
+def _empty(folder: Path) -> None:
+    for item in folder.iterdir():
+        if item.is_dir() and not item.is_symlink():
+            shutil.rmtree(item, ignore_errors=True)
+        else:
+            item.unlink(missing_ok=True)
+
+
+def _move_records(live: Path, dest: Path) -> None:
+    """Move the regular ``.npz`` files of ``live`` to ``dest``; drop everything else."""
+    dest.mkdir(parents=True, exist_ok=True)
+    for item in sorted(live.iterdir()):
+        if (item.suffix == ".npz" and item.is_file() and not item.is_symlink()
+                and item.stat().st_size <= MAX_RECORD_FILE):
+            shutil.move(str(item), dest / item.name)
+    _empty(live)
+
+
+def main() -> int:
+    """Read the job from stdin and run it; the exit status is 0 unless the worker itself failed."""
+    job = json.loads(sys.stdin.read())
+    nb = nbformat.read(job["notebook"], as_version=4)
+    client = GradingClient(nb, job)
+    try:
+        client.execute(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    except DeadKernelError:
+        client.emit({"dead": client.current})
+        return 0
+    client.emit({"done": True})
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
