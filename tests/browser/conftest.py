@@ -33,8 +33,9 @@ HINT = ("browser tests skipped: install Debian's chromium (apt-get install chrom
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run",
                  "--disable-quic"]
-SOURCES = ["_config.yml", "_toc.yml", "*.md", "references.bib", "chapters/*.ipynb",
-           "exercises/*.ipynb", "_assets/*.css", "_assets/*.js", "_assets/vendor/NOTICE.txt"]
+DOCS = ["_config.yml", "_toc.yml", "*.md", "references.bib", "chapters/*.ipynb", "exercises/*.ipynb"]
+# Static files: Sphinx copies them only when some page is rebuilt, hence `--all` below.
+ASSETS = ["_assets/*.css", "_assets/*.js", "_assets/vendor/NOTICE.txt"]
 
 
 def _pages() -> list[str]:
@@ -91,15 +92,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         items[:] = [i for i in items if i not in dropped]
 
 
-def _newest_source() -> float:
-    mtimes = [p.stat().st_mtime for pattern in SOURCES for p in REPO.glob(pattern)]
-    return max(mtimes, default=0.0)
+def _newest(patterns: list[str]) -> float:
+    return max((p.stat().st_mtime for pattern in patterns for p in REPO.glob(pattern)), default=0.0)
+
+
+def _built_at() -> float:
+    marker = HTML / "searchindex.js"  # rewritten by every Sphinx build
+    return marker.stat().st_mtime if (HTML / "index.html").exists() and marker.exists() else -1.0
 
 
 def _is_fresh() -> bool:
-    marker = HTML / "searchindex.js"  # rewritten by every Sphinx build
-    return (HTML / "index.html").exists() and marker.exists() \
-        and marker.stat().st_mtime >= _newest_source()
+    return _built_at() >= _newest(DOCS + ASSETS)
 
 
 def _build_book() -> None:
@@ -112,8 +115,9 @@ def _build_book() -> None:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one build even with several test workers
         if _is_fresh():
             return
-        subprocess.run([str(jb), "build", ".", "--warningiserror", "--nitpick", "--keep-going"],
-                       cwd=REPO, capture_output=True, text=True, timeout=900)
+        every_page = ["--all"] if _built_at() < _newest(ASSETS) else []
+        subprocess.run([str(jb), "build", ".", "--warningiserror", "--nitpick", "--keep-going",
+                        *every_page], cwd=REPO, capture_output=True, text=True, timeout=900)
 
 
 @pytest.fixture(scope="session")
