@@ -99,3 +99,24 @@ def test_head_grid():
         viz.head_grid(w, ["a", "b"], titles=["x"])
     with pytest.raises(ValueError, match="weights"):
         viz.head_grid(w[0], ["a", "b"])
+
+
+def test_animation_html_is_offline_and_transparent():
+    import base64
+    import re
+
+    from matplotlib.animation import FuncAnimation
+    from PIL import Image
+
+    viz.use_book_style()
+    fig, ax = plt.subplots(figsize=(2, 1.5), dpi=50)
+    (line,) = ax.plot([0, 1], [0, 0])
+    anim = FuncAnimation(fig, lambda i: line.set_ydata([0, i]), frames=3)
+    html = viz.animation_html(anim, fps=2)
+    plt.close(fig)
+    assert "font-awesome" not in html and "cdn" not in html.lower()
+    frames = re.findall(r"data:image/png;base64,([A-Za-z0-9+/=\\\n]+)", html)
+    frames = [f.replace("\\\n", "") for f in frames]
+    assert len(frames) == 3, f"expected 3 embedded frames, got {len(frames)}"
+    corner = Image.open(io.BytesIO(base64.b64decode(frames[0]))).convert("RGBA").getpixel((0, 0))
+    assert corner[3] == 0, f"frame background is not transparent: corner pixel {corner}"

@@ -1,4 +1,5 @@
-"""Figures for the book: a shared style, attention heatmaps and per-head grids.
+"""Figures for the book: a shared style, attention heatmaps, per-head grids and
+pre-rendered animations for the static pages.
 
 Every figure in the chapters is drawn on a transparent background with mid-grey
 text, so the same PNG reads well on a light and on a dark page.
@@ -6,16 +7,22 @@ text, so the same PNG reads well on a light and on a dark page.
 
 from __future__ import annotations
 
+import re
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import matplotlib as mpl
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib import animation
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-__all__ = ["BOOK_GREY", "BOOK_CMAP", "use_book_style", "attention_heatmap", "head_grid"]
+__all__ = [
+    "BOOK_GREY", "BOOK_CMAP", "use_book_style", "attention_heatmap", "head_grid", "animation_html",
+]
 
 BOOK_GREY = "#808080"
 """Mid grey: contrast ratio about 4:1 on white and about 4.5:1 on near-black."""
@@ -219,3 +226,25 @@ def head_grid(
         cbar = fig.colorbar(sm, ax=axes.ravel().tolist(), fraction=0.03, pad=0.02)
         cbar.outline.set_visible(False)
     return fig
+
+
+class _TransparentHTMLWriter(animation.HTMLWriter):
+    """Matplotlib's HTML writer, allowed to keep the figure's transparent background."""
+
+    def _supports_transparency(self) -> bool:
+        return True
+
+
+def animation_html(anim: animation.Animation, fps: int = 2, default_mode: str = "loop") -> str:
+    """A pre-rendered, scrubbable animation as self-contained HTML for the static book.
+
+    Like ``anim.to_jshtml()``, but the frames keep their transparent background (readable
+    in dark mode) and no stylesheet is fetched from a CDN (the page works offline; the
+    book theme draws the buttons' icons). Chapter 2.
+    """
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder, "animation.html")
+        writer = _TransparentHTMLWriter(fps=fps, embed_frames=True, default_mode=default_mode)
+        anim.save(str(path), writer=writer, savefig_kwargs={"transparent": True})
+        html = path.read_text()
+    return re.sub(r'<link rel="stylesheet"[^>]*font-awesome[^>]*>\s*', "", html)
