@@ -92,11 +92,15 @@ def _reference(run: RunResult, checks: list[Check]) -> dict[str, Records]:
     return run.records
 
 
+def _cell_name(index: int, label: str | None) -> str:
+    return f"cell {index}" + (f" ({label})" if label else "")
+
+
 def _stop_reason(run: RunResult, timeout: float) -> str:
     if run.killed:
         return f"the notebook ran longer than {timeout:g} s and was stopped"
     if run.dead_at is not None:
-        return f"the kernel died while running cell {run.dead_at}"
+        return f"the kernel died while running {_cell_name(run.dead_at, run.dead_label)}"
     if run.worker_error:
         return "the grader could not run the notebook"
     return "the check cell did not run"
@@ -108,16 +112,17 @@ def score(run: RunResult, checks: list[Check], reference: dict[str, Records],
     notes: list[str] = []
     events = {e["grade_id"]: e for e in run.cells if e.get("grade_id")}
     for e in run.cells:
+        name = _cell_name(e["cell"], e.get("label"))
         if e.get("timed_out"):
-            notes.append(f"cell {e['cell']} ran longer than {cell_timeout:g} s and was interrupted")
+            notes.append(f"{name} ran longer than {cell_timeout:g} s and was interrupted")
         if e.get("truncated"):
-            notes.append(f"the output of cell {e['cell']} was cut to its first {len(e.get('output', ''))} characters")
+            notes.append(f"the output of {name} was cut to its first {len(e.get('output', ''))} characters")
     stop = _stop_reason(run, timeout)
     if run.killed or run.dead_at is not None:
         notes.append(f"{stop}; the checks after it were not run and score 0")
     if run.worker_error:
         notes.append(run.worker_error)
-    results = []
+    results, mismatches = [], []
     for check in checks:
         event, got = events.get(check.grade_id), 0.0
         if event is None:
@@ -131,10 +136,14 @@ def score(run: RunResult, checks: list[Check], reference: dict[str, Records],
             if mismatch:
                 message = ("the check cell ran, but the results it recorded do not match the instructor's "
                            f"({mismatch}); 0 points")
-                notes.append(f"check {check.grade_id!r}: recorded results do not match ({mismatch})")
+                mismatches.append(f"{check.grade_id} ({mismatch})")
             else:
                 got, message = check.points, "passed"
         results.append(CheckResult(check.grade_id, got, check.points, _redact(message, check.hidden)))
+    if mismatches:
+        notes.append(f"the results recorded by {len(mismatches)} check(s) do not match the instructor's, "
+                     f"so they score 0 (were the checks replaced?): {mismatches[0]}"
+                     + (f" and {len(mismatches) - 1} more" if len(mismatches) > 1 else ""))
     return results, notes
 
 

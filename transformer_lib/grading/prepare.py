@@ -33,6 +33,9 @@ def load_submission(path: Path) -> NotebookNode:
         if size > MAX_SUBMISSION_BYTES:
             raise SubmissionError(f"file is {size} bytes, more than the {MAX_SUBMISSION_BYTES} allowed")
         text = path.read_bytes().decode("utf-8")
+        raw = json.loads(text)
+        if not isinstance(raw, dict) or not ({"cells", "worksheets"} & set(raw)):
+            raise SubmissionError("not a notebook (JSON, but without notebook cells)")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             nb = nbformat.reads(text, as_version=4)
@@ -54,7 +57,7 @@ def load_submission(path: Path) -> NotebookNode:
         raise
     except UnicodeDecodeError:
         raise SubmissionError("not a notebook (the file is not UTF-8 text)") from None
-    except (json.JSONDecodeError, nbformat.reader.NotJSONError):
+    except (json.JSONDecodeError, RecursionError, nbformat.reader.NotJSONError):
         raise SubmissionError("not a notebook (the file is not valid JSON)") from None
     except Exception as err:  # nbformat raises many kinds of errors on malformed files
         raise SubmissionError(f"not a notebook ({type(err).__name__}: {str(err)[:200]})") from None

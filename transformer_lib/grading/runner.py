@@ -36,6 +36,7 @@ class RunResult:
     cells: list[dict[str, Any]] = field(default_factory=list)
     records: dict[str, Records] = field(default_factory=dict)  # grade_id -> records
     dead_at: int | None = None  # index of the cell during which the kernel died
+    dead_label: str | None = None  # that cell's grade_id, if it has one
     killed: bool = False  # the whole-notebook time limit was hit
     finished: bool = False
     worker_error: str = ""
@@ -68,6 +69,7 @@ def _read_events(path: Path, result: RunResult) -> int | None:
             result.cells.append(event)
         elif "dead" in event:
             result.dead_at = event["dead"] if isinstance(event["dead"], int) else -1
+            result.dead_label = event.get("label") if isinstance(event.get("label"), str) else None
         elif event.get("done") is True:
             result.finished = True
     return kernel_pid

@@ -70,7 +70,8 @@ class GradingClient(NotebookClient):
         gid = grade_id(cell) if is_check(cell) else None
         if gid:
             _move_records(Path(self.job["live"]), Path(self.job["records"]) / gid)
-        self.emit({"cell": cell_index, "grade_id": gid, "status": content.get("status", "error"),
+        self.emit({"cell": cell_index, "grade_id": gid, "label": grade_id(cell),
+                   "status": content.get("status", "error"),
                    "ename": str(content.get("ename", ""))[:200],
                    "evalue": str(content.get("evalue", ""))[: self.job["output_cap"]],
                    "timed_out": cell_index in self._timed_out,
@@ -134,7 +135,8 @@ def main() -> int:
     try:
         client.execute(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     except DeadKernelError:
-        client.emit({"dead": client.current})
+        cell = nb.cells[client.current] if 0 <= client.current < len(nb.cells) else {}
+        client.emit({"dead": client.current, "label": grade_id(cell) if cell else None})
         return 0
     client.emit({"done": True})
     return 0
