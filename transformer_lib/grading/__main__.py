@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from pathlib import Path
 
@@ -32,16 +33,24 @@ def _grade(args: argparse.Namespace) -> int:
     from .grade import GradingError, grade
     from .notebook import MarkerError
 
+    signal.signal(signal.SIGTERM, _interrupt)  # like Ctrl-C: workers and kernels are killed
     try:
         results = grade(args.source, args.submissions, args.out, jobs=args.jobs,
                         cell_timeout=args.cell_timeout, timeout=args.timeout, progress=not args.quiet)
     except (GradingError, MarkerError, FileNotFoundError) as err:
         print(f"grading stopped: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("grading interrupted; no report written", file=sys.stderr)
+        return 130
     for r in results:
         print(f"{r.name}: {r.total:g} / {r.max_score:g}" + (f"  ({len(r.notes)} note(s))" if r.notes else ""))
     print(f"reports written to {args.out}")
     return 0
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _bench(args: argparse.Namespace) -> int:

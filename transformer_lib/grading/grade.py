@@ -20,7 +20,7 @@ from tqdm import tqdm
 from .notebook import check_cells, dumps, grade_id, hidden_lines, read, validate
 from .prepare import SubmissionError, load_submission, restore_checks
 from .records import Records, compare
-from .runner import RunResult, run_notebook
+from .runner import RunResult, allow_runs, run_notebook, stop_all
 
 
 class GradingError(RuntimeError):
@@ -175,17 +175,25 @@ def grade(instructor_path: Path | str, submissions: list[Path | str], out_dir: P
             res.notes.append(f"could not grade this file: {err}")
             res.checks = [CheckResult(c.grade_id, 0.0, c.points, f"not graded: {err}") for c in checks]
     key = hashlib.sha256(dumps(instructor).encode()).hexdigest()
-    with cf.ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+    allow_runs()
+    pool = cf.ThreadPoolExecutor(max_workers=max(1, jobs))
+    try:
         ref_future = None if key in _REFERENCE_CACHE else pool.submit(
             run_notebook, restore_checks(instructor, instructor)[0], cell_timeout, timeout)
         futures = {pool.submit(run_notebook, nb, cell_timeout, timeout): i for i, nb in jobs_to_run.items()}
+        runs = {}
         with tqdm(total=len(futures), desc="grading", unit="nb", disable=not progress) as bar:
-            runs = {}
             for fut in cf.as_completed(futures):
                 runs[futures[fut]] = fut.result()
                 bar.update()
         if ref_future is not None:
             _REFERENCE_CACHE[key] = _reference(ref_future.result(), checks)
+    except KeyboardInterrupt:  # Ctrl-C: leave no worker or kernel behind
+        pool.shutdown(wait=False, cancel_futures=True)
+        stop_all()
+        raise
+    finally:
+        pool.shutdown(wait=True)
     reference = _REFERENCE_CACHE[key]
     for i, run in runs.items():
         res = results[i]

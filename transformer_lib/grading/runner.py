@@ -14,6 +14,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -41,6 +42,24 @@ class RunResult:
     finished: bool = False
     worker_error: str = ""
     seconds: float = 0.0
+
+
+_LIVE: set[subprocess.Popen] = set()
+_LOCK = threading.Lock()
+_STOPPING = threading.Event()
+
+
+def allow_runs() -> None:
+    """Undo :func:`stop_all` (called when a new grading run starts)."""
+    _STOPPING.clear()
+
+
+def stop_all() -> None:
+    """Kill every running worker (their kernels exit with them) and start no new one."""
+    _STOPPING.set()
+    with _LOCK:
+        for proc in list(_LIVE):
+            _kill_group(proc.pid)
 
 
 def _kill_group(pgid: int | None) -> None:
@@ -103,16 +122,22 @@ def run_notebook(nb: nbformat.NotebookNode, cell_timeout: float = 30.0, timeout:
                "records": str(private / "records"), "live": str(live), "cwd": str(cwd),
                "cell_timeout": cell_timeout, "output_cap": output_cap}
         env = {**os.environ, **KERNEL_ENV, RECORD_ENV: str(live)}
-        with open(private / "worker.log", "wb") as log:
+        with open(private / "worker.log", "wb") as log, _LOCK:
+            if _STOPPING.is_set():
+                raise KeyboardInterrupt("grading was stopped")
             proc = subprocess.Popen([sys.executable, "-m", "transformer_lib.grading.worker"],
                                     stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
                                     cwd=private, env=env, start_new_session=True)
-            try:
-                proc.communicate(json.dumps(job).encode(), timeout=timeout)
-            except subprocess.TimeoutExpired:
-                result.killed = True
-                _kill_group(proc.pid)
-                proc.wait()
+            _LIVE.add(proc)
+        try:
+            proc.communicate(json.dumps(job).encode(), timeout=timeout)
+        except subprocess.TimeoutExpired:
+            result.killed = True
+            _kill_group(proc.pid)
+            proc.wait()
+        finally:
+            with _LOCK:
+                _LIVE.discard(proc)
         kernel_pid = _read_events(private / "events.jsonl", result)
         if result.killed:
             _kill_group(kernel_pid)

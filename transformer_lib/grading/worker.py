@@ -18,9 +18,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import shutil
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -127,8 +130,22 @@ def _move_records(live: Path, dest: Path) -> None:
     _empty(live)
 
 
+def _exit_with_parent() -> None:
+    """End this worker (and so its kernel) if the grader that started it disappears."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while True:
+            time.sleep(1.0)
+            if os.getppid() != parent:
+                os._exit(3)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def main() -> int:
     """Read the job from stdin and run it; the exit status is 0 unless the worker itself failed."""
+    _exit_with_parent()
     job = json.loads(sys.stdin.read())
     nb = nbformat.read(job["notebook"], as_version=4)
     client = GradingClient(nb, job)
