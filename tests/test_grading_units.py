@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from repo_paths import REPO
-from submissions.helpers import as_handed_in
 from transformer_lib.grading import checks
 from transformer_lib.grading._checktools import RECORD_ENV, record
 from transformer_lib.grading.grade import CheckResult, SubmissionResult
@@ -148,3 +147,17 @@ def test_report_formats():
     json.dumps(data)
     md = feedback_markdown(res)
     assert "**Score: 2 / 3**" in md and "wrong axis" in md and "- a note" in md
+
+
+def test_lenient_reading_of_a_hand_edited_notebook(tmp_path):
+    """Missing outputs, metadata or ids, list sources and bad ids are not a reason to refuse a notebook."""
+    cells = [{"cell_type": "code", "source": ["x = 1\n", "y = 2"]},
+             {"cell_type": "markdown", "source": "# Hi", "id": "bad id!"},
+             {"cell_type": "code", "source": "", "metadata": [], "outputs": "garbage", "id": "bad id!"}]
+    path = tmp_path / "sub.ipynb"
+    path.write_text(json.dumps({"cells": cells, "nbformat": 4, "nbformat_minor": 4}), encoding="utf-8")
+    nb = load_submission(path)
+    assert nb.cells[0].source == "x = 1\ny = 2"
+    prepared, _ = restore_checks(nb, read(SOURCE))
+    nbformat.validate(prepared)
+    assert len({c.id for c in prepared.cells}) == len(prepared.cells)

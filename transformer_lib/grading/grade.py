@@ -171,7 +171,9 @@ def grade(instructor_path: Path | str, submissions: list[Path | str], out_dir: P
         try:
             prepared, notes = restore_checks(load_submission(res.path), instructor)
             jobs_to_run[i], res.notes = prepared, notes
-        except SubmissionError as err:
+        except Exception as err:  # never crash on a submission
+            if not isinstance(err, SubmissionError):
+                err = SubmissionError(f"unusable notebook ({type(err).__name__}: {str(err)[:200]})")
             res.notes.append(f"could not grade this file: {err}")
             res.checks = [CheckResult(c.grade_id, 0.0, c.points, f"not graded: {err}") for c in checks]
     key = hashlib.sha256(dumps(instructor).encode()).hexdigest()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import warnings
 from pathlib import Path
 
@@ -36,12 +37,15 @@ def load_submission(path: Path) -> NotebookNode:
         raw = json.loads(text)
         if not isinstance(raw, dict) or not ({"cells", "worksheets"} & set(raw)):
             raise SubmissionError("not a notebook (JSON, but without notebook cells)")
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            nb = nbformat.reads(text, as_version=4)
+        if raw.get("nbformat", 4) == 4 and "cells" in raw:  # read leniently: outputs and extra fields are never used
+            nb = nbformat.from_dict({"cells": raw["cells"], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                nb = nbformat.reads(text, as_version=4)
         cells = nb.get("cells")
         if not isinstance(cells, list):
-            raise SubmissionError("no list of cells")
+            raise SubmissionError("not a notebook (no list of cells)")
         for i, cell in enumerate(cells):
             if not isinstance(cell, dict) or cell.get("cell_type") not in {"code", "markdown", "raw"}:
                 raise SubmissionError(f"cell {i} is not a notebook cell")
@@ -49,8 +53,7 @@ def load_submission(path: Path) -> NotebookNode:
                 cell["source"] = "".join(str(s) for s in cell["source"])
             if not isinstance(cell.get("source", ""), str):
                 raise SubmissionError(f"cell {i} has no text source")
-            cell.setdefault("metadata", {})
-            if not isinstance(cell["metadata"], dict):
+            if not isinstance(cell.get("metadata"), dict):
                 cell["metadata"] = {}
         return nb
     except SubmissionError:
@@ -105,17 +108,32 @@ def restore_checks(submission: NotebookNode, instructor: NotebookNode) -> tuple[
         if gid not in seen:
             cells.insert(_insert_position(instructor, index, cells), _fresh(original))
             notes.append(f"check cell {gid!r} was missing; it was re-inserted")
-    prepared = nbformat.v4.new_notebook(cells=cells, metadata=copy.deepcopy(instructor.metadata))
+    _unique_ids(cells)
+    prepared = nbformat.v4.new_notebook(metadata=copy.deepcopy(instructor.metadata))
+    prepared.cells = cells
     return prepared, notes
+
+
+def _unique_ids(cells: list[NotebookNode]) -> None:
+    """Give every cell a unique, valid id (submissions may duplicate or mangle them)."""
+    seen: set[str] = set()
+    for i, cell in enumerate(cells):
+        cid = cell.get("id")
+        if not (isinstance(cid, str) and re.fullmatch(r"[A-Za-z0-9_-]{1,64}", cid)) or cid in seen:
+            cell["id"] = cid = f"graded-cell-{i}"
+        seen.add(cid)
 
 
 def _normalised(cell: dict) -> NotebookNode:
     """A clean copy of a submitted cell: its type, source, metadata and id, no outputs."""
     make = {"code": nbformat.v4.new_code_cell, "markdown": nbformat.v4.new_markdown_cell,
             "raw": nbformat.v4.new_raw_cell}[cell["cell_type"]]
-    new = make(source=cell.get("source", ""), metadata=copy.deepcopy(dict(cell.get("metadata", {}))))
-    if isinstance(cell.get("id"), str) and cell["id"]:
-        new["id"] = cell["id"]
+    metadata = copy.deepcopy(dict(cell.get("metadata", {})))
+    if not isinstance(metadata.get("tags", []), list):
+        del metadata["tags"]
+    new = make(metadata=metadata)
+    new.source = cell.get("source", "")
+    new["id"] = cell.get("id")
     return new
 
 

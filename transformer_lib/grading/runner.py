@@ -94,17 +94,6 @@ def _read_events(path: Path, result: RunResult) -> int | None:
     return kernel_pid
 
 
-def _safe_ids(nb: nbformat.NotebookNode) -> None:
-    """Give every cell a unique, valid id (submissions may duplicate or mangle them)."""
-    seen: set[str] = set()
-    for i, cell in enumerate(nb.cells):
-        cid = cell.get("id")
-        ok = isinstance(cid, str) and 0 < len(cid) <= 64 and cid.replace("-", "").replace("_", "").isalnum()
-        if not ok or cid in seen:
-            cell["id"] = cid = f"graded-cell-{i}"
-        seen.add(cid)
-
-
 def run_notebook(nb: nbformat.NotebookNode, cell_timeout: float = 30.0, timeout: float = 300.0,
                  output_cap: int = OUTPUT_CAP) -> RunResult:
     """Execute ``nb`` in a worker process; never raises because of what the notebook does."""
@@ -116,7 +105,6 @@ def run_notebook(nb: nbformat.NotebookNode, cell_timeout: float = 30.0, timeout:
         live, cwd = public / "records", public / "work"
         live.mkdir()
         cwd.mkdir()
-        _safe_ids(nb)
         nbformat.write(nb, str(private / "notebook.ipynb"))
         job = {"notebook": str(private / "notebook.ipynb"), "events": str(private / "events.jsonl"),
                "records": str(private / "records"), "live": str(live), "cwd": str(cwd),
@@ -146,6 +134,10 @@ def run_notebook(nb: nbformat.NotebookNode, cell_timeout: float = 30.0, timeout:
             result.worker_error = f"worker exited with status {proc.returncode}: {tail.strip()}"
         for folder in sorted((private / "records").glob("*")):
             result.records[folder.name] = load_records(folder)
+    except KeyboardInterrupt:
+        raise
+    except Exception as err:  # the grader must survive anything a submission does
+        result.worker_error = f"the notebook could not be run ({type(err).__name__}: {str(err)[:300]})"
     finally:
         shutil.rmtree(private, ignore_errors=True)
         shutil.rmtree(public, ignore_errors=True)
