@@ -106,3 +106,22 @@ def test_notebook_time_limit_kills_a_kernel_that_ignores_interrupts(tmp_path):
     row = next(csv.DictReader(open(out / "grades.csv", newline="", encoding="utf-8")))
     assert "ran longer than 12 s and was stopped" in row["notes"]
     assert row["check_hand_qkv"] == "1" and row["check_attention"] == "0"
+
+
+def test_chapter_1_correct_and_blank(tmp_path):
+    from submissions.helpers import as_handed_in
+    from transformer_lib.grading.notebook import dumps, release
+
+    source = REPO / "exercises" / "source" / "01_data_independent_weights.ipynb"
+    nb = read(source)
+    (tmp_path / "right.ipynb").write_text(dumps(as_handed_in(nb)), encoding="utf-8")
+    (tmp_path / "blank.ipynb").write_text(dumps(release(nb)), encoding="utf-8")
+    out = tmp_path / "out"
+    result = subprocess.run([sys.executable, "-m", "transformer_lib.grading", "grade", str(source),
+                             str(tmp_path / "right.ipynb"), str(tmp_path / "blank.ipynb"), "--out", str(out),
+                             "--jobs", "2", "--cell-timeout", "10", "--quiet"],
+                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = {r["submission"]: r for r in csv.DictReader(open(out / "grades.csv", newline="", encoding="utf-8"))}
+    assert (rows["right"]["total"], rows["blank"]["total"], rows["right"]["max"]) == ("4", "0", "4")
+    assert rows["right"]["notes"] == "" and rows["blank"]["notes"] == ""

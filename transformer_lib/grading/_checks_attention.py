@@ -153,7 +153,7 @@ def _check_numbers(fn: Callable, d_ks: list[int], what: str, reference: Callable
                    hints: dict[str, Callable]) -> None:
     rtol = 1e-6
     got = {d: _number(fn, d, what) for d in d_ks}
-    record(what, {f"d_k={d}": g for d, g in got.items()}, rtol=rtol)
+    record(what, {f"d_k={d}": g for d, g in got.items()}, atol=1e-12, rtol=rtol)
     for d, g in got.items():
         expected = np.asarray(reference(d), dtype=np.float64)
         check_shape(g, expected.shape, f"{what}({d})")
