@@ -52,7 +52,7 @@ def test_grades_csv_has_one_row_per_submission_and_one_column_per_check(graded):
 
 
 @pytest.mark.parametrize("name", ["correct", "blank", "loop_forever", "kernel_dies", "print_million_lines",
-                                  "warnings", "hard_coded", "monkeypatch_checks", "check_edited_to_pass",
+                                  "warnings", "hard_coded", "exfiltrate_hidden_tests", "monkeypatch_checks", "check_edited_to_pass",
                                   "check_deleted", "not_json", "json_not_notebook"])
 def test_each_submission_gets_the_right_score_and_note(graded, name):
     expected, rows, _, _ = graded
@@ -92,6 +92,8 @@ def test_feedback_shows_check_messages_but_never_hidden_tests(graded):
         text = (out / name / "feedback.md").read_text(encoding="utf-8")
         leaked = [h for h in hidden if h in text]
         assert not leaked, f"{name}: hidden tests in the feedback: {leaked}"
+    exfiltrated = (out / "exfiltrate_hidden_tests" / "feedback.md").read_text(encoding="utf-8")
+    assert "checks.check_score_std(score_std)" in exfiltrated  # the visible line is not secret
     hard = (out / "hard_coded" / "feedback.md").read_text(encoding="utf-8")
     assert "AssertionError: score_std(1) is not right" in hard and "expected: 1." in hard
     blank = (out / "blank" / "feedback.md").read_text(encoding="utf-8")

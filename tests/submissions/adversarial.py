@@ -73,6 +73,8 @@ def build(folder: Path) -> dict[str, tuple[float, str | None]]:
                                  "print('to stderr', file=sys.stderr)"), 12, None),
         "hard_coded": (as_handed_in(substitute(source, WRONG["02_building_up_attention"][
             "score std hard-coded to the visible answer"][0])), 11, None),
+        "exfiltrate_hidden_tests": (as_handed_in(substitute(source, {"variance_questions#0": (
+            "raise AssertionError('\\n'.join(_ih[-1:]))")})), 11, None),
         "monkeypatch_checks": (_insert_after(as_handed_in(substitute(source, WRONG_BUT_DEFINED)), "setup",
                                              PATCH_CHECKS), 0, "do not match"),
     }

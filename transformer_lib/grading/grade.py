@@ -201,6 +201,8 @@ def grade(instructor_path: Path | str, submissions: list[Path | str], out_dir: P
         res = results[i]
         res.checks, notes = score(run, checks, reference, cell_timeout, timeout)
         res.notes += notes
+    for res in results:  # nothing written for students may quote the hidden tests
+        res.notes = [_redact(n, all_hidden) for n in res.notes]
         for c in res.checks:
             c.message = _redact(c.message, all_hidden)
     write_reports(Path(out_dir), results, checks)
