@@ -48,7 +48,7 @@ TINY_TEXT = (
 
 
 class RunningExample(NamedTuple):
-    """The four-token example shared by several chapters (binary toy features)."""
+    """The four-token example shared by several chapters (binary toy features). Chapter 2."""
 
     tokens: list[str]
     X: Tensor    # (n=4, d=8)
