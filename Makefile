@@ -14,14 +14,14 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 install: $(STAMP)
 
 # torch first, pinned to the CPU build, so that nothing later pulls a CUDA build.
-# Then the JavaScript assets the book serves itself (versions pinned in package-lock.json).
-$(STAMP): requirements.txt pyproject.toml package-lock.json scripts/vendor_assets.py
+# Then the JavaScript assets the book serves itself: MathJax, RequireJS and the widget
+# manager, downloaded by Python from the npm registry at the versions and hashes pinned in
+# package-lock.json (Node.js is not needed).
+$(STAMP): requirements.txt pyproject.toml package.json package-lock.json scripts/vendor_assets.py
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -r requirements.txt
 	$(BIN)/pip install --quiet --no-deps -e .
-	# MathJax, RequireJS and the widget manager, served from the book for offline reading.
-	npm ci --no-audit --no-fund --ignore-scripts --loglevel=error
 	$(BIN)/python scripts/vendor_assets.py
 	touch $(STAMP)
 
@@ -40,5 +40,5 @@ bench: $(STAMP)
 	$(BIN)/python scripts/bench.py
 
 clean:
-	rm -rf _build .pytest_cache node_modules _assets/vendor
+	rm -rf _build .pytest_cache _assets/vendor
 	find . -name __pycache__ -not -path './$(VENV)/*' -prune -exec rm -rf {} +

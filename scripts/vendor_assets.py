@@ -1,29 +1,40 @@
-"""Copy the pinned front-end assets from node_modules/ into _assets/vendor/.
+"""Fetch the pinned front-end assets from the npm registry into _assets/vendor/.
 
 The book must read offline, so the pages load MathJax, RequireJS and the
-ipywidgets HTML manager from the built site instead of a CDN. `npm ci` installs
-the versions pinned in package-lock.json; this script copies the few files the
-pages need (and their licence texts) into `_assets/vendor/`, which Sphinx
-copies to `_build/html/_static/vendor/` (`html_static_path: [_assets]`).
+ipywidgets HTML manager from the built site instead of a CDN. package.json pins
+the three packages and package-lock.json records each tarball's sha512
+integrity. This script downloads the three tarballs from the npm registry with
+Python alone (no Node.js or npm needed), refuses any whose hash differs from the
+lock file, and copies the few files the pages need (and their licence texts)
+into `_assets/vendor/`, which Sphinx copies to `_build/html/_static/vendor/`
+(`html_static_path: [_assets]`).
 
 Why `_assets/` and not `_static/`: Jupyter Book adds every .js and .css file
 found below a source folder named `_static` to every page, which would load
 hundreds of MathJax modules eagerly.
 
-Usage: `python scripts/vendor_assets.py [--check]` (run after `npm ci`).
+Usage: `python scripts/vendor_assets.py [--check]`. Another registry (a mirror):
+set NPM_REGISTRY, e.g. `NPM_REGISTRY=https://registry.npmmirror.com`.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
+import hashlib
+import io
 import json
+import os
 import shutil
 import sys
+import tarfile
+import tempfile
+import urllib.request
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-NODE_MODULES = ROOT / "node_modules"
 VENDOR = ROOT / "_assets" / "vendor"
+REGISTRY = os.environ.get("NPM_REGISTRY", "https://registry.npmjs.org").rstrip("/")
 
 # package -> (destination folder, [(glob relative to the package, subfolder of destination)])
 MATHJAX_PARTS = [
@@ -43,8 +54,8 @@ ASSETS: dict[str, tuple[str, list[tuple[str, str]]]] = {
     "requirejs": ("requirejs", [("require.js", "")]),
     "@jupyter-widgets/html-manager": ("html-manager", WIDGET_PARTS),
 }
-# Licence per package, checked against node_modules so that a version bump
-# with a licence change is noticed; all allow redistribution with notice.
+# Licence per package, checked against the package's own manifest so that a version
+# bump with a licence change is noticed; all allow redistribution with notice.
 LICENSES = {
     "mathjax": "Apache-2.0",
     "requirejs": "MIT",
@@ -52,25 +63,50 @@ LICENSES = {
 }
 
 
-def pinned_versions() -> dict[str, str]:
-    """Return the exact versions package.json pins for the vendored packages."""
+def pinned() -> dict[str, tuple[str, str]]:
+    """{package: (version, sha512 integrity)} from package.json and package-lock.json."""
     deps = json.loads((ROOT / "package.json").read_text())["dependencies"]
-    return {name: deps[name] for name in ASSETS}
+    lock = json.loads((ROOT / "package-lock.json").read_text())["packages"]
+    out = {}
+    for name in ASSETS:
+        entry = lock[f"node_modules/{name}"]
+        if entry["version"] != deps[name]:
+            sys.exit(f"vendor_assets: {name}: package.json pins {deps[name]}, "
+                     f"package-lock.json has {entry['version']}")
+        out[name] = (entry["version"], entry["integrity"])
+    return out
 
 
-def installed_manifest(name: str) -> dict:
-    """Read node_modules/<name>/package.json, or exit with a hint."""
-    path = NODE_MODULES / name / "package.json"
-    if not path.exists():
-        sys.exit(f"vendor_assets: {path} is missing; run `npm ci --ignore-scripts` first")
-    return json.loads(path.read_text())
+def tarball_url(name: str, version: str) -> str:
+    """The registry's address of a package tarball (`@scope/pkg` -> `pkg-1.0.0.tgz`)."""
+    return f"{REGISTRY}/{name}/-/{name.split('/')[-1]}-{version}.tgz"
 
 
-def source_url(meta: dict) -> str:
-    """The package's homepage or repository address, for the notice file."""
-    repo = meta.get("repository")
-    repo_url = repo.get("url", "") if isinstance(repo, dict) else (repo or "")
-    return meta.get("homepage") or repo_url
+def download(name: str, version: str, integrity: str) -> bytes:
+    """The tarball's bytes, after checking them against the lock file's sha512."""
+    url = tarball_url(name, version)
+    try:
+        with urllib.request.urlopen(url, timeout=120) as resp:
+            data = resp.read()
+    except OSError as err:
+        sys.exit(f"vendor_assets: cannot download {url}: {err}")
+    algo, _, expected = integrity.partition("-")
+    actual = base64.b64encode(hashlib.new(algo, data).digest()).decode()
+    if actual != expected:
+        sys.exit(f"vendor_assets: {url}: {algo} is {actual}, package-lock.json expects {expected}")
+    return data
+
+
+def unpack(data: bytes, dest: Path) -> Path:
+    """Extract a npm tarball (files under `package/`) into dest; return the package folder."""
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        if hasattr(tarfile, "data_filter"):  # Python >= 3.11.4: refuse unsafe members
+            tar.extractall(dest, filter="data")
+        else:
+            if any(m.name.startswith(("/", "..")) or ".." in Path(m.name).parts for m in tar):
+                sys.exit("vendor_assets: unsafe path in tarball")
+            tar.extractall(dest)
+    return dest / "package"
 
 
 def copy_part(src_root: Path, part: tuple[str, str], dest: Path) -> int:
@@ -96,24 +132,33 @@ def copy_part(src_root: Path, part: tuple[str, str], dest: Path) -> int:
     return count
 
 
+def source_url(meta: dict) -> str:
+    """The package's homepage or repository address, for the notice file."""
+    repo = meta.get("repository")
+    repo_url = repo.get("url", "") if isinstance(repo, dict) else (repo or "")
+    return meta.get("homepage") or repo_url
+
+
 def vendor() -> list[str]:
-    """Copy every asset into VENDOR; return lines for the notice file."""
-    pins = pinned_versions()
+    """Download, verify and copy every asset into VENDOR; return lines for the notice file."""
+    pins = pinned()
     if VENDOR.exists():
         shutil.rmtree(VENDOR)
     VENDOR.mkdir(parents=True)
     notice = ["Third-party files served with the course book (copied from npm packages).", ""]
-    for name, (folder, parts) in ASSETS.items():
-        meta = installed_manifest(name)
-        if meta["version"] != pins[name]:
-            sys.exit(f"vendor_assets: {name}: package.json pins {pins[name]}, "
-                     f"node_modules has {meta['version']}; run `npm ci --ignore-scripts`")
-        if meta.get("license") != LICENSES[name]:
-            sys.exit(f"vendor_assets: {name}: expected licence {LICENSES[name]}, "
-                     f"got {meta.get('license')}; review before redistributing")
-        n = sum(copy_part(NODE_MODULES / name, part, VENDOR / folder) for part in parts)
-        notice.append(f"{folder}/: {name}@{meta['version']}, licence {meta['license']}, "
-                      f"{source_url(meta)} ({n} files)")
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, (name, (folder, parts)) in enumerate(ASSETS.items()):
+            version, integrity = pins[name]
+            pkg = unpack(download(name, version, integrity), Path(tmp) / str(i))
+            meta = json.loads((pkg / "package.json").read_text())
+            if meta["version"] != version:
+                sys.exit(f"vendor_assets: {name}: tarball holds {meta['version']}, expected {version}")
+            if meta.get("license") != LICENSES[name]:
+                sys.exit(f"vendor_assets: {name}: expected licence {LICENSES[name]}, "
+                         f"got {meta.get('license')}; review before redistributing")
+            n = sum(copy_part(pkg, part, VENDOR / folder) for part in parts)
+            notice.append(f"{folder}/: {name}@{version}, licence {meta['license']}, "
+                          f"{source_url(meta)} ({n} files)")
     (VENDOR / "NOTICE.txt").write_text("\n".join(notice) + "\n")
     (VENDOR / ".gitignore").write_text("# generated by scripts/vendor_assets.py\n*\n")
     return notice
@@ -126,7 +171,7 @@ def check() -> int:
         print(f"{notice} missing: run scripts/vendor_assets.py")
         return 1
     text = notice.read_text()
-    stale = [f"{n}@{v}" for n, v in pinned_versions().items() if f"{n}@{v}," not in text]
+    stale = [f"{n}@{v}" for n, (v, _) in pinned().items() if f"{n}@{v}," not in text]
     for item in stale:
         print(f"vendored copy is not {item}: run scripts/vendor_assets.py")
     return 1 if stale else 0

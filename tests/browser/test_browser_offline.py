@@ -2,7 +2,8 @@
 
 Pages are opened with every request to a host other than localhost aborted (see
 `PageVisitor.new_page`); MathJax, RequireJS and the ipywidgets manager are vendored
-from npm (package-lock.json) by scripts/vendor_assets.py and served from `_static/vendor/`.
+from the npm registry (versions and hashes pinned in package-lock.json) by
+scripts/vendor_assets.py and served from `_static/vendor/`.
 """
 from __future__ import annotations
 
@@ -69,8 +70,8 @@ def test_built_html_loads_nothing_from_other_hosts(book_html):
 def test_vendored_assets_match_package_lock(book_html):
     """The build serves exactly the npm versions that package-lock.json pins."""
     notice = book_html / "_static" / "vendor" / "NOTICE.txt"
-    assert notice.exists(), (f"{notice} missing: run `npm ci --ignore-scripts && "
-                             f"python scripts/vendor_assets.py`, then rebuild the book")
+    assert notice.exists(), (f"{notice} missing: run `python scripts/vendor_assets.py`, "
+                             f"then rebuild the book")
     lock = json.loads((REPO / "package-lock.json").read_text())["packages"]
     text = notice.read_text()
     for name in json.loads((REPO / "package.json").read_text())["dependencies"]:
