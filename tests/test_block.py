@@ -1,4 +1,6 @@
 """Tests for transformer_lib.block (Chapters 3–4)."""
+import re
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -155,9 +157,9 @@ def test_block_kv_cache_matches_full():
 
 # ------------------------------------------------------------------ errors
 def test_error_unknown_activation_and_norm():
-    with pytest.raises(ValueError, match=r"activation: expected one of relu\|gelu\|gelu_tanh\|swiglu, got 'tanh'"):
+    with pytest.raises(ValueError, match=r"activation: expected one of 'relu', 'gelu', 'gelu_tanh', 'swiglu', got 'tanh'"):
         TransformerBlock(8, 2, activation="tanh")
-    with pytest.raises(ValueError, match=r"norm: expected one of layernorm\|rmsnorm, got 'batchnorm'"):
+    with pytest.raises(ValueError, match=r"norm: expected one of 'layernorm', 'rmsnorm', got 'batchnorm'"):
         TransformerBlock(8, 2, norm="batchnorm")
 
 
@@ -172,3 +174,13 @@ def test_error_input_width():
 def test_error_from_torch_type():
     with pytest.raises(TypeError, match=r"layer: expected nn.TransformerEncoderLayer, got Linear"):
         TransformerBlock.from_torch(nn.Linear(2, 2))
+
+
+@pytest.mark.parametrize("mask,error,message", [
+    (torch.ones(5, 5), TypeError, "mask: expected dtype torch.bool"),
+    (torch.ones(3, 3, dtype=torch.bool), ValueError, "mask: expected a shape broadcastable to (2, 2, 5, 5)"),
+])
+def test_error_mask_checked_before_the_causal_mask_is_combined(mask, error, message):
+    block = TransformerBlock(8, 2, causal=True)
+    with pytest.raises(error, match=re.escape(message)):
+        block(torch.ones(2, 5, 8), mask=mask)

@@ -141,9 +141,10 @@ def test_pooler_flops_are_averaged():
     assert flops_breakdown(c, 7)["unembedding"] == 0
 
 
-@pytest.mark.parametrize("bad", [0, -3, 2.5, True])
-def test_bad_sequence_length(bad):
-    with pytest.raises(ValueError, match="n: expected"):
+@pytest.mark.parametrize("bad,error", [(0, ValueError), (-3, ValueError), (2.5, TypeError),
+                                       (True, TypeError)])
+def test_bad_sequence_length(bad, error):
+    with pytest.raises(error, match="n: expected an int"):
         flops_per_token(PRESETS["tiny"], bad)
 
 

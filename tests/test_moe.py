@@ -51,7 +51,7 @@ def test_router_shapes_and_renormalisation():
 def test_router_errors():
     with pytest.raises(ValueError, match="top_k"):
         Router(8, 4, 5)
-    with pytest.raises(ValueError, match=r"x: expected shape \(…, 8\)"):
+    with pytest.raises(ValueError, match=r"x: expected shape \(…, d_model=8\)"):
         Router(8, 4, 2)(torch.randn(3, 7))
 
 
@@ -195,7 +195,7 @@ def test_param_counts_active_fraction():
 # ------------------------------------------------------------ validation
 def test_moe_layer_errors():
     layer = _layer()
-    with pytest.raises(ValueError, match=r"x: expected shape \(…, 8\)"):
+    with pytest.raises(ValueError, match=r"x: expected shape \(…, d_model=8\)"):
         layer(_x(3, 5))
     with pytest.raises(ValueError, match="capacity_factor"):
         MoELayer(8, 16, 4, capacity_factor=0)

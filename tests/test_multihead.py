@@ -207,10 +207,15 @@ def test_error_input_width():
         mha(torch.ones(2, 5, 8), context=torch.ones(5, 8))
 
 
-def test_error_mask_wrong_size():
-    mha = MultiHeadAttention(8, 2)
+@pytest.mark.parametrize("causal", [False, True])  # causal=True combines masks: check first
+def test_error_mask_wrong_size_or_dtype(causal):
+    mha = MultiHeadAttention(8, 2, causal=causal)
     with pytest.raises(ValueError, match=r"mask: expected a shape broadcastable to \(2, 2, 4, 4\), got \(3, 3\)"):
         mha(torch.ones(2, 4, 8), mask=torch.ones(3, 3, dtype=torch.bool))
+    with pytest.raises(TypeError, match=r"mask: expected dtype torch.bool \(True = may attend\), got torch.float32"):
+        mha(torch.ones(2, 4, 8), mask=torch.ones(4, 4))
+    with pytest.raises(TypeError, match=r"mask: expected a torch.Tensor, got list"):
+        mha(torch.ones(2, 4, 8), mask=[[True] * 4] * 4)
 
 
 def test_error_cache_type_and_context():

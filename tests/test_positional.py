@@ -223,5 +223,7 @@ def test_alibi_bias_values_and_alignment():
 def test_alibi_errors():
     with pytest.raises(ValueError, match="n_heads"):
         alibi_slopes(0)
-    with pytest.raises(ValueError, match="m"):
+    with pytest.raises(ValueError, match="m: expected an int >= 1, got 0"):
         alibi_bias(3, 2, m=0)
+    with pytest.raises(ValueError, match=r"m: expected m >= n=5 .*got m=3"):
+        alibi_bias(5, 2, m=3)

@@ -22,6 +22,9 @@ import math
 import torch
 from torch import Tensor, nn
 
+from transformer_lib._checks import (require_broadcastable, require_int, require_mask,
+                                     require_query_block, require_tensor)
+
 __all__ = [
     "naive_softmax",
     "softmax",
@@ -32,23 +35,6 @@ __all__ = [
     "query_key_attention",
     "SelfAttention",
 ]
-
-
-def _require_tensor(name: str, x: object) -> Tensor:
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
-    return x
-
-
-def _require_broadcastable(name: str, x: Tensor, target: torch.Size) -> None:
-    try:
-        ok = torch.broadcast_shapes(x.shape, target) == target
-    except RuntimeError:
-        ok = False
-    if not ok:
-        raise ValueError(
-            f"{name}: expected a shape broadcastable to {tuple(target)}, got {tuple(x.shape)}"
-        )
 
 
 # --------------------------------------------------------------------------- softmax
@@ -68,7 +54,7 @@ def softmax(x: Tensor, dim: int = -1) -> Tensor:
     exponent is ≤ 0, so nothing overflows. A slice that is entirely ``-inf`` (a fully
     masked attention row) returns zeros instead of nan. ``(…) -> (…)``. Chapter 2.
     """
-    _require_tensor("x", x)
+    require_tensor("x", x)
     m = x.amax(dim=dim, keepdim=True)
     m = torch.where(torch.isfinite(m), m, torch.zeros_like(m))  # all -inf slice: keep exp = 0
     e = torch.exp(x - m)
@@ -77,6 +63,34 @@ def softmax(x: Tensor, dim: int = -1) -> Tensor:
 
 
 # --------------------------------------------------------------------------- attention
+def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> torch.Size:
+    """Validate q, k, v and return their broadcast leading dims ``(…)``. Chapter 2."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        require_tensor(name, t)
+        if t.ndim < 2:
+            raise ValueError(f"{name}: expected at least 2 dims (…, len, dim), got {tuple(t.shape)}")
+        if not t.is_floating_point():
+            raise TypeError(f"{name}: expected a floating dtype, got {t.dtype}")
+        if t.dtype != q.dtype:
+            raise TypeError(f"{name}: expected dtype {q.dtype} (the dtype of q), got {t.dtype}")
+    if k.shape[-1] != q.shape[-1]:
+        raise ValueError(
+            f"k: expected last dim d_k={q.shape[-1]} (the width of q), got {k.shape[-1]}"
+        )
+    if v.shape[-2] != k.shape[-2]:
+        raise ValueError(
+            f"v: expected {k.shape[-2]} rows (one per key), got {v.shape[-2]} (v shape {tuple(v.shape)})"
+        )
+    lead = q.shape[:-2]
+    for name, t in (("k", k), ("v", v)):
+        try:
+            lead = torch.broadcast_shapes(lead, t.shape[:-2])
+        except RuntimeError:
+            raise ValueError(f"{name}: expected leading dims that broadcast with {tuple(lead)} "
+                             f"(those of q), got {tuple(t.shape[:-2])}") from None
+    return lead
+
+
 def scaled_dot_product_attention(
     q: Tensor,
     k: Tensor,
@@ -87,60 +101,50 @@ def scaled_dot_product_attention(
 ) -> tuple[Tensor, Tensor]:
     """``Attention(Q, K, V) = softmax(Q Kᵀ · scale + bias, masked) V``.
 
-    Shapes: q ``(…, n, d_k)``, k ``(…, m, d_k)``, v ``(…, m, d_v)`` (leading dims broadcast)
-    ``-> (out (…, n, d_v), weights (…, n, m))``.
+    Shapes: q ``(…, n, d_k)``, k ``(…, m, d_k)``, v ``(…, m, d_v)`` (leading dims broadcast;
+    q, k and v share one floating dtype) ``-> (out (…, n, d_v), weights (…, n, m))``.
 
     - ``mask``: bool, broadcastable to ``(…, n, m)``; True = the query may attend to the key.
       Masked weights are exactly 0. A query whose keys are all masked gets weights 0 and
       output 0 (PyTorch's fused kernel would return nan there).
-    - ``bias``: float, broadcastable to ``(…, n, m)``, added to the scaled scores (ALiBi,
-      or an additive ``-inf`` mask).
+    - ``bias``: float (the dtype of q), broadcastable to ``(…, n, m)``, added to the scaled
+      scores (ALiBi, or an additive ``-inf`` mask).
     - ``scale``: defaults to ``1/√d_k``, which keeps the scores at unit variance.
 
     Chapter 2.
     """
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        _require_tensor(name, t)
-        if t.ndim < 2:
-            raise ValueError(f"{name}: expected at least 2 dims (…, len, dim), got {tuple(t.shape)}")
-    if k.shape[-1] != q.shape[-1]:
-        raise ValueError(
-            f"k: expected last dim d_k={q.shape[-1]} (the width of q), got {k.shape[-1]}"
-        )
-    if v.shape[-2] != k.shape[-2]:
-        raise ValueError(
-            f"v: expected {k.shape[-2]} rows (one per key), got {v.shape[-2]} (v shape {tuple(v.shape)})"
-        )
-    d_k = q.shape[-1]
-    scale = 1.0 / math.sqrt(d_k) if scale is None else scale
+    lead = _check_qkv(q, k, v)
+    target = (*lead, q.shape[-2], k.shape[-2])
+    if mask is not None:
+        require_mask("mask", mask, target)
+    if bias is not None:
+        require_tensor("bias", bias)
+        if bias.dtype != q.dtype:
+            raise TypeError(f"bias: expected dtype {q.dtype} (the dtype of q), got {bias.dtype}")
+        require_broadcastable("bias", bias, target)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
 
     scores = (q @ k.transpose(-2, -1)) * scale  # (…, n, m)
     if bias is not None:
-        _require_tensor("bias", bias)
-        _require_broadcastable("bias", bias, scores.shape)
         scores = scores + bias
     if mask is not None:
-        _require_tensor("mask", mask)
-        if mask.dtype != torch.bool:
-            raise TypeError(f"mask: expected dtype torch.bool (True = may attend), got {mask.dtype}")
-        _require_broadcastable("mask", mask, scores.shape)
         scores = scores.masked_fill(~mask, float("-inf"))
     weights = softmax(scores, dim=-1)
     return weights @ v, weights
 
 
 def causal_mask(n: int, m: int | None = None, device: torch.device | str | None = None) -> Tensor:
-    """Boolean causal mask ``(n, m)``: True where key ``j`` may be seen by query ``i``.
+    """Boolean causal mask ``() -> (n, m)``: True where key ``j`` may be seen by query ``i``.
 
     The rule ``j <= i + (m - n)`` aligns the mask bottom-right: the ``n`` queries are the
-    *last* ``n`` positions of a sequence of length ``m``. With a KV cache holding ``m - n``
-    earlier tokens this is exactly what the new queries may see; for ``m == n`` it is the
-    lower triangle (``torch.tril``). Chapter 2 (used throughout Chapter 7).
+    *last* ``n`` positions of a sequence of length ``m >= n``. With a KV cache holding
+    ``m - n`` earlier tokens this is exactly what the new queries may see; for ``m == n`` it
+    is the lower triangle (``torch.tril``). ``m < n`` is rejected: the first ``n - m``
+    queries would see no key at all. Chapter 2.
     """
-    m = n if m is None else m
-    for name, val in (("n", n), ("m", m)):
-        if not isinstance(val, int) or isinstance(val, bool) or val < 0:
-            raise ValueError(f"{name}: expected a non-negative int, got {val!r}")
+    require_int("n", n, low=0)
+    m = n if m is None else require_int("m", m, low=0)
+    require_query_block(n, m)
     i = torch.arange(n, device=device).unsqueeze(1)
     j = torch.arange(m, device=device).unsqueeze(0)
     return j <= i + (m - n)
@@ -148,13 +152,13 @@ def causal_mask(n: int, m: int | None = None, device: torch.device | str | None 
 
 # --------------------------------------------------------------------------- the four stages
 def _check_matrix(name: str, W: Tensor, rows: int) -> None:
-    _require_tensor(name, W)
+    require_tensor(name, W)
     if W.ndim != 2 or W.shape[0] != rows:
         raise ValueError(f"{name}: expected shape ({rows}, d_out), got {tuple(W.shape)}")
 
 
 def _check_x(X: Tensor) -> None:
-    _require_tensor("X", X)
+    require_tensor("X", X)
     if X.ndim < 2:
         raise ValueError(f"X: expected shape (…, n, d), got {tuple(X.shape)}")
 
@@ -218,8 +222,7 @@ class SelfAttention(nn.Module):
         super().__init__()
         d_v = d_k if d_v is None else d_v
         for name, val in (("d_model", d_model), ("d_k", d_k), ("d_v", d_v)):
-            if not isinstance(val, int) or val <= 0:
-                raise ValueError(f"{name}: expected a positive int, got {val!r}")
+            require_int(name, val)
         self.d_model, self.d_k, self.d_v = d_model, d_k, d_v
         self.W_q = nn.Linear(d_model, d_k, bias=bias)
         self.W_k = nn.Linear(d_model, d_k, bias=bias)
@@ -247,7 +250,7 @@ class SelfAttention(nn.Module):
     ) -> Tensor | tuple[Tensor, Tensor]:
         context = x if context is None else context
         for name, t in (("x", x), ("context", context)):
-            _require_tensor(name, t)
+            require_tensor(name, t)
             if t.ndim < 2 or t.shape[-1] != self.d_model:
                 raise ValueError(
                     f"{name}: expected shape (…, len, d_model={self.d_model}), got {tuple(t.shape)}"

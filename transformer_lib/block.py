@@ -20,19 +20,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from transformer_lib._checks import (require_bool, require_choice, require_instance, require_int,
+                                     require_positive, require_width)
+from transformer_lib.config import MLP_KINDS as ACTIVATIONS
+from transformer_lib.config import NORM_KINDS as NORMS
 from transformer_lib.multihead import MultiHeadAttention
 
 __all__ = ["LayerNorm", "RMSNorm", "MLP", "make_norm", "TransformerBlock", "ACTIVATIONS", "NORMS"]
-
-ACTIVATIONS = ("relu", "gelu", "gelu_tanh", "swiglu")
-NORMS = ("layernorm", "rmsnorm")
-
-
-def _check_width(name: str, x: Tensor, d: int) -> None:
-    if not isinstance(x, Tensor):
-        raise TypeError(f"{name}: expected a torch.Tensor, got {type(x).__name__}")
-    if x.ndim < 1 or x.shape[-1] != d:
-        raise ValueError(f"{name}: expected shape (…, d_model={d}), got {tuple(x.shape)}")
 
 
 class LayerNorm(nn.Module):
@@ -42,12 +36,12 @@ class LayerNorm(nn.Module):
 
     def __init__(self, d: int, eps: float = 1e-5, bias: bool = True):
         super().__init__()
-        self.d, self.eps = d, eps
+        self.d, self.eps = require_int("d", d), require_positive("eps", eps)
         self.weight = nn.Parameter(torch.ones(d))
         self.bias = nn.Parameter(torch.zeros(d)) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
-        _check_width("x", x, self.d)
+        require_width("x", x, self.d)
         mu = x.mean(dim=-1, keepdim=True)
         var = ((x - mu) ** 2).mean(dim=-1, keepdim=True)  # biased: divide by d
         y = (x - mu) / torch.sqrt(var + self.eps) * self.weight
@@ -64,11 +58,11 @@ class RMSNorm(nn.Module):
 
     def __init__(self, d: int, eps: float = 1e-6):
         super().__init__()
-        self.d, self.eps = d, eps
+        self.d, self.eps = require_int("d", d), require_positive("eps", eps)
         self.weight = nn.Parameter(torch.ones(d))
 
     def forward(self, x: Tensor) -> Tensor:
-        _check_width("x", x, self.d)
+        require_width("x", x, self.d)
         return x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + self.eps) * self.weight
 
     def extra_repr(self) -> str:
@@ -87,9 +81,9 @@ class MLP(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int | None = None, activation: str = "gelu", bias: bool = True):
         super().__init__()
-        if activation not in ACTIVATIONS:
-            raise ValueError(f"activation: expected one of {'|'.join(ACTIVATIONS)}, got {activation!r}")
-        d_ff = 4 * d_model if d_ff is None else d_ff
+        require_choice("activation", activation, ACTIVATIONS)
+        require_int("d_model", d_model)
+        d_ff = 4 * d_model if d_ff is None else require_int("d_ff", d_ff)
         self.d_model, self.d_ff, self.activation = d_model, d_ff, activation
         self.fc1 = nn.Linear(d_model, d_ff, bias=bias)
         self.fc2 = nn.Linear(d_ff, d_model, bias=bias)
@@ -97,7 +91,7 @@ class MLP(nn.Module):
             self.fc3 = nn.Linear(d_model, d_ff, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
-        _check_width("x", x, self.d_model)
+        require_width("x", x, self.d_model)
         h = self.fc1(x)
         if self.activation == "relu":
             h = F.relu(h)
@@ -112,11 +106,8 @@ class MLP(nn.Module):
 
 def make_norm(norm: str, d: int, eps: float, bias: bool = True) -> nn.Module:
     """``"layernorm"`` -> ``LayerNorm(d, eps, bias)``, ``"rmsnorm"`` -> ``RMSNorm(d, eps)``. Chapter 3."""
-    if norm == "layernorm":
-        return LayerNorm(d, eps=eps, bias=bias)
-    if norm == "rmsnorm":
-        return RMSNorm(d, eps=eps)
-    raise ValueError(f"norm: expected one of {'|'.join(NORMS)}, got {norm!r}")
+    require_choice("norm", norm, NORMS)
+    return LayerNorm(d, eps=eps, bias=bias) if norm == "layernorm" else RMSNorm(d, eps=eps)
 
 
 class TransformerBlock(nn.Module):
@@ -147,6 +138,8 @@ class TransformerBlock(nn.Module):
         residual: bool = True,
     ):
         super().__init__()
+        require_bool("norm_first", norm_first)
+        require_bool("residual", residual)
         self.d_model, self.norm_first, self.residual = d_model, norm_first, residual
         self.attn = MultiHeadAttention(d_model, n_heads, bias=bias, causal=causal,
                                        n_kv_heads=n_kv_heads, rope=rope, alibi=alibi)
@@ -170,7 +163,7 @@ class TransformerBlock(nn.Module):
         rescale the whole stream (input and writes together), so no such sum holds; the
         writes are still what each sub-layer produced. Chapter 4.
         """
-        _check_width("x", x, self.d_model)
+        require_width("x", x, self.d_model)
         skip = (lambda h: h) if self.residual else (lambda h: torch.zeros_like(h))
         if self.norm_first:
             a = self.attn(self.norm1(x), mask=mask, cache=cache)
@@ -191,8 +184,7 @@ class TransformerBlock(nn.Module):
         Compare in ``eval()`` mode or with ``dropout=0.0``; torch's ``src_mask`` marks
         forbidden positions with True, the opposite of this library's mask. Chapter 3.
         """
-        if not isinstance(layer, nn.TransformerEncoderLayer):
-            raise TypeError(f"layer: expected nn.TransformerEncoderLayer, got {type(layer).__name__}")
+        require_instance("layer", layer, nn.TransformerEncoderLayer, "nn.TransformerEncoderLayer")
         act = {1: "relu", 2: "gelu"}.get(getattr(layer, "activation_relu_or_gelu", 0))
         if act is None:
             raise ValueError(f"layer: expected activation relu or gelu, got {layer.activation!r}")

@@ -10,24 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from transformer_lib._checks import require_bool, require_choice, require_int, require_positive
+
 MLP_KINDS = ("relu", "gelu", "gelu_tanh", "swiglu")
 NORM_KINDS = ("layernorm", "rmsnorm")
 POSITIONAL_KINDS = ("learned", "sinusoidal", "rope", "alibi", "none")
-
-
-def _check_positive(name: str, value: object, allow_zero: bool = False) -> None:
-    """Raise unless `value` is an int > 0 (or >= 0 with `allow_zero`). Chapter 9."""
-    low = 0 if allow_zero else 1
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"{name}: expected an int, got {type(value).__name__} ({value!r})")
-    if value < low:
-        raise ValueError(f"{name}: expected an int >= {low}, got {value}")
-
-
-def _check_choice(name: str, value: object, choices: tuple[str, ...]) -> None:
-    """Raise unless `value` is one of `choices`. Chapter 9."""
-    if value not in choices:
-        raise ValueError(f"{name}: expected one of {', '.join(map(repr, choices))}, got {value!r}")
+FLAGS = ("norm_first", "bias", "tied_embeddings", "causal", "embedding_norm", "final_norm",
+         "pooler", "lm_head")
 
 
 @dataclass(frozen=True)
@@ -73,14 +62,20 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "n_ctx", "d_model", "n_layers", "n_heads"):
-            _check_positive(name, getattr(self, name))
-        _check_positive("n_token_types", self.n_token_types, allow_zero=True)
+            require_int(name, getattr(self, name))
+        require_int("n_token_types", self.n_token_types, low=0)
         if self.d_ff is None:
             object.__setattr__(self, "d_ff", 4 * self.d_model)
         if self.n_kv_heads is None:
             object.__setattr__(self, "n_kv_heads", self.n_heads)
-        _check_positive("d_ff", self.d_ff)
-        _check_positive("n_kv_heads", self.n_kv_heads)
+        require_int("d_ff", self.d_ff)
+        require_int("n_kv_heads", self.n_kv_heads)
+        for name in FLAGS:
+            require_bool(name, getattr(self, name))
+        require_positive("norm_eps", self.norm_eps)
+        require_choice("mlp", self.mlp, MLP_KINDS)
+        require_choice("norm", self.norm, NORM_KINDS)
+        require_choice("positional", self.positional, POSITIONAL_KINDS)
         if self.d_model % self.n_heads:
             raise ValueError(f"d_model: expected a multiple of n_heads={self.n_heads}, "
                              f"got d_model={self.d_model}")
@@ -90,11 +85,6 @@ class ModelConfig:
         if self.positional == "rope" and self.d_head % 2:
             raise ValueError(f"d_model: expected an even d_head for positional='rope', "
                              f"got d_head={self.d_head}")
-        _check_choice("mlp", self.mlp, MLP_KINDS)
-        _check_choice("norm", self.norm, NORM_KINDS)
-        _check_choice("positional", self.positional, POSITIONAL_KINDS)
-        if not self.norm_eps > 0:
-            raise ValueError(f"norm_eps: expected a float > 0, got {self.norm_eps!r}")
 
     @property
     def d_head(self) -> int:

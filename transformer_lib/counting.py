@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from torch import nn
 
+from transformer_lib._checks import require_instance, require_int
 from transformer_lib.config import ModelConfig
 
 __all__ = ["count_params", "param_count", "param_breakdown", "flops_breakdown",
@@ -22,19 +23,12 @@ def count_params(module: nn.Module) -> int:
 
     Works on models built under `torch.device("meta")`. Chapter 9.
     """
-    if not isinstance(module, nn.Module):
-        raise TypeError(f"module: expected a torch.nn.Module, got {type(module).__name__}")
+    require_instance("module", module, nn.Module, "a torch.nn.Module")
     return sum(p.numel() for p in module.parameters())  # parameters() skips duplicates
 
 
 def _check_config(config: object) -> None:
-    if not isinstance(config, ModelConfig):
-        raise TypeError(f"config: expected a ModelConfig, got {type(config).__name__}")
-
-
-def _check_n(n: object) -> None:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        raise ValueError(f"n: expected an int sequence length >= 1, got {n!r}")
+    require_instance("config", config, ModelConfig, "a ModelConfig")
 
 
 def _norm_params(c: ModelConfig) -> int:
@@ -100,7 +94,7 @@ def flops_breakdown(config: ModelConfig, n: int) -> dict[str, int]:
     elementwise work are not matmuls and count 0. Chapter 9.
     """
     _check_config(config)
-    _check_n(n)
+    require_int("n", n)
     c, d, L = config, config.d_model, config.n_layers
     return {
         "attention_proj": L * 2 * n * (2 * d * d + 2 * d * c.kv_dim),
@@ -130,7 +124,7 @@ def flops_per_token(config: ModelConfig, n: int) -> int | float:
 def kv_cache_size(config: ModelConfig, n: int) -> int:
     """Numbers stored in the KV cache after n tokens: 2 (K, V) · L · n · kv_dim. Chapter 9."""
     _check_config(config)
-    _check_n(n)
+    require_int("n", n)
     return 2 * config.n_layers * n * config.kv_dim
 
 

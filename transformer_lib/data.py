@@ -16,6 +16,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from transformer_lib._checks import require_int
+
 __all__ = [
     "SEP",
     "IGNORE_INDEX",
@@ -129,9 +131,9 @@ def _generator(generator: torch.Generator | None, seed: int | None) -> torch.Gen
 
 
 def _check_task(batch: int, n: int, vocab_size: int) -> None:
-    for name, value, low in (("batch", batch, 1), ("n", n, 1), ("vocab_size", vocab_size, 2)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise ValueError(f"{name}: expected an integer >= {low}, got {value!r}")
+    require_int("batch", batch)
+    require_int("n", n)
+    require_int("vocab_size", vocab_size, low=2)
 
 
 def _random_tokens(batch: int, n: int, vocab_size: int, gen: torch.Generator) -> Tensor:
@@ -230,7 +232,8 @@ def text_batch(
     ids = torch.as_tensor(ids)
     if ids.dim() != 1:
         raise ValueError(f"ids: expected a 1-d tensor of token ids, got shape {tuple(ids.shape)}")
-    if not 1 <= block <= ids.shape[0] - 1:
+    require_int("batch", batch)
+    if not 1 <= require_int("block", block) <= ids.shape[0] - 1:
         raise ValueError(f"block: expected 1 <= block <= len(ids) - 1 = {ids.shape[0] - 1}, got {block}")
     gen = _generator(generator, seed)
     start = torch.randint(0, ids.shape[0] - block, (batch,), generator=gen)

@@ -13,21 +13,9 @@ import math
 import torch
 from torch import Tensor, nn
 
+from transformer_lib._checks import require_ids, require_int, require_positive, require_tensor
+
 __all__ = ["one_hot", "embed", "FixedMixing", "gaussian_kernel", "nadaraya_watson"]
-
-
-def _check_ids(ids: Tensor, num_classes: int) -> None:
-    """Raise unless `ids` is an integer tensor with values in [0, num_classes)."""
-    if not isinstance(ids, Tensor):
-        raise TypeError(f"ids: expected an integer torch.Tensor, got {type(ids).__name__}")
-    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
-        raise TypeError(f"ids: expected an integer dtype (e.g. torch.long), got {ids.dtype}")
-    if ids.numel() > 0:
-        lo, hi = int(ids.min()), int(ids.max())
-        if lo < 0 or hi >= num_classes:
-            raise ValueError(
-                f"ids: expected values in [0, {num_classes}), got min {lo} and max {hi}"
-            )
 
 
 def one_hot(ids: Tensor, num_classes: int, dtype: torch.dtype = torch.float32) -> Tensor:
@@ -35,9 +23,8 @@ def one_hot(ids: Tensor, num_classes: int, dtype: torch.dtype = torch.float32) -
 
     Row c of the identity matrix, as a float tensor so it can multiply W_E. Chapter 1.
     """
-    if not isinstance(num_classes, int) or num_classes < 1:
-        raise ValueError(f"num_classes: expected a positive int, got {num_classes!r}")
-    _check_ids(ids, num_classes)
+    require_int("num_classes", num_classes)
+    require_ids("ids", ids, num_classes, "num_classes")
     classes = torch.arange(num_classes, device=ids.device)
     return (ids.unsqueeze(-1) == classes).to(dtype)
 
@@ -48,10 +35,9 @@ def embed(ids: Tensor, W_E: Tensor) -> Tensor:
     Implemented as row indexing `W_E[ids]`, which equals `one_hot(ids, C) @ W_E`
     exactly. The same id always gives the same vector, whatever its context. Chapter 1.
     """
-    if not isinstance(W_E, Tensor) or W_E.dim() != 2:
-        shape = tuple(W_E.shape) if isinstance(W_E, Tensor) else type(W_E).__name__
-        raise ValueError(f"W_E: expected a 2-D tensor of shape (C, d), got {shape}")
-    _check_ids(ids, W_E.shape[0])
+    if require_tensor("W_E", W_E).dim() != 2:
+        raise ValueError(f"W_E: expected a 2-D tensor of shape (C, d), got {tuple(W_E.shape)}")
+    require_ids("ids", ids, W_E.shape[0], "C")
     return W_E[ids]
 
 
@@ -65,10 +51,9 @@ class FixedMixing(nn.Module):
 
     def __init__(self, n: int, d: int | None = None, *, generator: torch.Generator | None = None):
         super().__init__()
-        if not isinstance(n, int) or n < 1:
-            raise ValueError(f"n: expected a positive int, got {n!r}")
-        if d is not None and (not isinstance(d, int) or d < 1):
-            raise ValueError(f"d: expected None or a positive int, got {d!r}")
+        require_int("n", n)
+        if d is not None:
+            require_int("d", d)
         self.n, self.d = n, d
         bound = 1.0 / math.sqrt(n)  # nn.Linear's default initialisation range
         init = (torch.rand(n, n, generator=generator) * 2 - 1) * bound
@@ -77,16 +62,15 @@ class FixedMixing(nn.Module):
     @classmethod
     def from_weight(cls, weight: Tensor, d: int | None = None) -> "FixedMixing":
         """Build the layer around a given `(n, n)` matrix (copied). Chapter 1."""
-        if not isinstance(weight, Tensor) or weight.dim() != 2 or weight.shape[0] != weight.shape[1]:
-            shape = tuple(weight.shape) if isinstance(weight, Tensor) else type(weight).__name__
-            raise ValueError(f"weight: expected a square 2-D tensor (n, n), got {shape}")
+        if require_tensor("weight", weight).dim() != 2 or weight.shape[0] != weight.shape[1]:
+            raise ValueError(f"weight: expected a square 2-D tensor (n, n), got {tuple(weight.shape)}")
         layer = cls(weight.shape[0], d, generator=torch.Generator().manual_seed(0))
         layer.weight = nn.Parameter(weight.detach().clone())
         return layer
 
     def forward(self, x: Tensor) -> Tensor:
         """`(..., n, d) -> (..., n, d)`: Y = W X along the set dimension. Chapter 1."""
-        if x.dim() < 2 or x.shape[-2] != self.n:
+        if require_tensor("x", x).dim() < 2 or x.shape[-2] != self.n:
             raise ValueError(
                 f"x: expected a set of n={self.n} elements, shape (..., {self.n}, d), "
                 f"got shape {tuple(x.shape)} with {x.shape[-2] if x.dim() >= 2 else 'no'} elements; "
@@ -100,18 +84,13 @@ class FixedMixing(nn.Module):
         return f"n={self.n}, d={self.d}"
 
 
-def _check_bandwidth(bandwidth: float) -> None:
-    if not (isinstance(bandwidth, (int, float)) and math.isfinite(bandwidth) and bandwidth > 0):
-        raise ValueError(f"bandwidth: expected a finite number > 0, got {bandwidth!r}")
-
-
 def gaussian_kernel(u: Tensor, bandwidth: float) -> Tensor:
     """Gaussian kernel K(u) = exp(-u^2 / (2 h^2)) of a difference u = x - x_i, h = bandwidth.
 
     Elementwise, any shape `(...) -> (...)`. Unnormalised: the constant cancels in
     Nadaraya-Watson. Chapter 1.
     """
-    _check_bandwidth(bandwidth)
+    require_positive("bandwidth", bandwidth)
     u = torch.as_tensor(u)
     return torch.exp(-0.5 * (u / bandwidth) ** 2)
 
@@ -136,7 +115,7 @@ def nadaraya_watson(
         raise ValueError(
             f"y_train: expected shape {tuple(x_train.shape)} like x_train, got {tuple(y_train.shape)}"
         )
-    _check_bandwidth(bandwidth)
+    require_positive("bandwidth", bandwidth)
     diff = x_query[:, None] - x_train[None, :]  # (q, m)
     weights = torch.softmax(-0.5 * (diff / bandwidth) ** 2, dim=-1)
     return weights @ y_train.to(weights.dtype), weights

@@ -12,10 +12,13 @@ reusing the keys and values stored by each layer. Chapter 7.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 
 import torch
 from torch import Tensor, nn
 
+from transformer_lib._checks import (require_ids, require_instance, require_int, require_positive,
+                                     require_tensor)
 from transformer_lib.block import TransformerBlock, make_norm
 from transformer_lib.config import ModelConfig
 from transformer_lib.positional import LearnedPositionalEmbedding, sinusoidal_encoding
@@ -32,8 +35,7 @@ def _make_norm(c: ModelConfig) -> nn.Module:
 
 def _check_decoder_config(config: object) -> None:
     """GPT builds decoder-only LMs; encoder extras (BERT) are for counting only. Chapter 7."""
-    if not isinstance(config, ModelConfig):
-        raise TypeError(f"config: expected a ModelConfig, got {type(config).__name__}")
+    require_instance("config", config, ModelConfig, "a ModelConfig")
     wanted = {"causal": True, "n_token_types": 0, "pooler": False, "lm_head": True}
     for field, value in wanted.items():
         if getattr(config, field) != value:
@@ -91,18 +93,9 @@ class GPT(nn.Module):
     # ------------------------------------------------------------------ forward
     def _check_idx(self, idx: object) -> tuple[Tensor, bool]:
         """Validate token ids; return them as (b, n) and whether the input was unbatched."""
-        if not isinstance(idx, Tensor):
-            raise TypeError(f"idx: expected a LongTensor of token ids, got {type(idx).__name__}")
-        if idx.is_floating_point() or idx.is_complex() or idx.dtype == torch.bool:
-            raise TypeError(f"idx: expected integer token ids (torch.long), got dtype {idx.dtype}")
-        if idx.dim() not in (1, 2) or idx.shape[-1] == 0:
-            raise ValueError(f"idx: expected shape (batch, n) or (n,) with n >= 1, "
-                             f"got {tuple(idx.shape)}")
-        V = self.config.vocab_size
-        lo, hi = int(idx.min()), int(idx.max())
-        if lo < 0 or hi >= V:
-            raise ValueError(f"idx: expected token ids in [0, vocab_size={V}), "
-                             f"got values in [{lo}, {hi}]")
+        require_ids("idx", idx, self.config.vocab_size, "vocab_size")
+        if idx.dim() not in (1, 2):
+            raise ValueError(f"idx: expected shape (batch, n) or (n,), got {tuple(idx.shape)}")
         return (idx.unsqueeze(0), True) if idx.dim() == 1 else (idx, False)
 
     def _cache_len(self, cache: Cache | None) -> int:
@@ -149,7 +142,7 @@ class GPT(nn.Module):
             return logits.argmax(dim=-1, keepdim=True)
         logits = logits / temperature
         if top_k is not None:
-            kth = torch.topk(logits, min(top_k, logits.shape[-1]), dim=-1).values[:, -1:]
+            kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
             logits = logits.masked_fill(logits < kth, float("-inf"))
         probs = torch.softmax(logits.float(), dim=-1)
         return torch.multinomial(probs, 1, generator=generator)
@@ -165,17 +158,16 @@ class GPT(nn.Module):
         (prefill) and each later step feeds one token through the stored keys and values
         (O(n·d)). Once the window is full the cache is rebuilt from the last `n_ctx`
         tokens, so both paths always see the same context and give the same tokens.
-        `temperature=0` picks the argmax; `top_k` keeps the k most likely tokens;
-        `generator` seeds the sampling. Chapter 7.
+        `temperature` (a number >= 0) divides the logits, and `temperature=0` picks the
+        argmax; `top_k` (None or 1 … vocab_size) keeps the k most likely tokens; `generator`
+        seeds the sampling. Chapter 7.
         """
         idx, unbatched = self._check_idx(idx)
-        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) \
-                or max_new_tokens < 0:
-            raise ValueError(f"max_new_tokens: expected an int >= 0, got {max_new_tokens!r}")
-        if not temperature >= 0:
-            raise ValueError(f"temperature: expected a float >= 0, got {temperature!r}")
-        if top_k is not None and (not isinstance(top_k, int) or top_k < 1):
-            raise ValueError(f"top_k: expected None or an int >= 1, got {top_k!r}")
+        require_int("max_new_tokens", max_new_tokens, low=0)
+        require_positive("temperature", temperature, allow_zero=True)
+        if top_k is not None and require_int("top_k", top_k) > self.config.vocab_size:
+            raise ValueError(f"top_k: expected at most vocab_size={self.config.vocab_size}, "
+                             f"got {top_k}")
         n_ctx, cache = self.config.n_ctx, None
         for _ in range(max_new_tokens):
             if not use_cache:
@@ -200,6 +192,7 @@ class GPT(nn.Module):
         biases, learned positions, tied embeddings). Chapter 7.
         """
         _check_gpt2_config(config)
+        require_instance("state_dict", state_dict, Mapping, "a dict of tensors")
         sd = {k.removeprefix("transformer."): v for k, v in state_dict.items()}
         model = cls(config)
         mapping = _gpt2_mapping(sd, config)
@@ -236,7 +229,7 @@ def _gpt2_mapping(sd: dict[str, Tensor], c: ModelConfig) -> dict[str, tuple[str,
         if key not in sd:
             raise ValueError(f"state_dict: expected a GPT-2 key {key!r} "
                              f"(with or without 'transformer.'), not found")
-        return sd[key]
+        return require_tensor(f"state_dict[{key!r}]", sd[key])
 
     out = {f"{ours}.{p}": (f"{theirs}.{p}", get(f"{theirs}.{p}"))
            for ours, theirs, params in (("tok_emb", "wte", ("weight",)),

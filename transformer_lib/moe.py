@@ -14,19 +14,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from transformer_lib._checks import (require_ids, require_int, require_positive, require_tensor,
+                                     require_width)
 from transformer_lib.block import MLP, TransformerBlock
 
 __all__ = ["Router", "MoELayer", "load_balancing_loss", "moe_block"]
-
-
-def _check_int(value: int, name: str, low: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
-        raise ValueError(f"{name}: expected an integer >= {low}, got {value!r}")
-
-
-def _check_width(x: Tensor, d_model: int) -> None:
-    if x.dim() < 1 or x.shape[-1] != d_model:
-        raise ValueError(f"x: expected shape (…, {d_model}), got {tuple(x.shape)}")
 
 
 class Router(nn.Module):
@@ -39,9 +31,9 @@ class Router(nn.Module):
 
     def __init__(self, d_model: int, n_experts: int, top_k: int) -> None:
         super().__init__()
-        _check_int(d_model, "d_model")
-        _check_int(n_experts, "n_experts")
-        _check_int(top_k, "top_k")
+        require_int("d_model", d_model)
+        require_int("n_experts", n_experts)
+        require_int("top_k", top_k)
         if top_k > n_experts:
             raise ValueError(f"top_k: expected at most n_experts={n_experts}, got {top_k}")
         self.d_model, self.n_experts, self.top_k = d_model, n_experts, top_k
@@ -49,7 +41,7 @@ class Router(nn.Module):
 
     def forward(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """``(…, d_model) -> weights (T, k), indices (T, k), probs (T, E)``. Chapter 8."""
-        _check_width(x, self.d_model)
+        require_width("x", x, self.d_model)
         probs = F.softmax(self.gate(x.reshape(-1, self.d_model)), dim=-1)
         top, indices = probs.topk(self.top_k, dim=-1)
         weights = top / top.sum(dim=-1, keepdim=True)
@@ -68,17 +60,17 @@ def load_balancing_loss(router_probs: Tensor, expert_index: Tensor, n_experts: i
     expert gets everything with probability 1; differentiable through ``router_probs``.
     Chapter 8.
     """
-    _check_int(n_experts, "n_experts")
+    require_int("n_experts", n_experts)
+    require_tensor("router_probs", router_probs)
     if router_probs.dim() != 2 or router_probs.shape[1] != n_experts:
         raise ValueError(f"router_probs: expected shape (T, {n_experts}), got {tuple(router_probs.shape)}")
+    require_ids("expert_index", expert_index, n_experts, "n_experts")
     index = expert_index if expert_index.dim() == 2 else expert_index.reshape(-1, 1)
     if expert_index.dim() not in (1, 2) or index.shape[0] != router_probs.shape[0]:
         raise ValueError(
             f"expert_index: expected shape ({router_probs.shape[0]},) or ({router_probs.shape[0]}, k), "
             f"got {tuple(expert_index.shape)}"
         )
-    if index.numel() and (index.min() < 0 or index.max() >= n_experts):
-        raise ValueError(f"expert_index: expected values in [0, {n_experts}), got [{int(index.min())}, {int(index.max())}]")
     counts = torch.bincount(index.reshape(-1), minlength=n_experts).to(router_probs.dtype)
     f = counts / index.numel()
     p = router_probs.mean(dim=0)
@@ -117,8 +109,8 @@ class MoELayer(nn.Module):
         return_aux: bool = True,
     ) -> None:
         super().__init__()
-        if capacity_factor is not None and not capacity_factor > 0:
-            raise ValueError(f"capacity_factor: expected None or a positive number, got {capacity_factor!r}")
+        if capacity_factor is not None:
+            require_positive("capacity_factor", capacity_factor)
         self.router = Router(d_model, n_experts, top_k)
         self.experts = nn.ModuleList(MLP(d_model, d_ff, activation, bias) for _ in range(n_experts))
         self.d_model, self.n_experts, self.top_k = d_model, n_experts, top_k
@@ -133,7 +125,9 @@ class MoELayer(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor | tuple[Tensor, dict[str, Any]]:
         """``(…, d_model) -> (…, d_model)`` (and the aux dict). Chapter 8."""
-        _check_width(x, self.d_model)
+        require_width("x", x, self.d_model)
+        if x.numel() == 0:
+            raise ValueError(f"x: expected at least one token, got shape {tuple(x.shape)}")
         flat = x.reshape(-1, self.d_model)
         n_tokens = flat.shape[0]
         weights, indices, probs = self.router(flat)

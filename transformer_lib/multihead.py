@@ -14,15 +14,18 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
+from transformer_lib._checks import (require_bool, require_instance, require_int, require_mask,
+                                     require_positive, require_tensor)
 from transformer_lib.attention import causal_mask, scaled_dot_product_attention
+from transformer_lib.positional import alibi_bias, apply_rope
 
 __all__ = ["split_heads", "merge_heads", "MultiHeadAttention"]
 
 
 def split_heads(x: Tensor, n_heads: int) -> Tensor:
     """Split the feature dimension into heads: ``(…, n, d) -> (…, h, n, d/h)``. Chapter 5."""
-    if not isinstance(x, Tensor):
-        raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+    require_tensor("x", x)
+    require_int("n_heads", n_heads)
     if x.ndim < 2 or x.shape[-1] % n_heads != 0:
         raise ValueError(
             f"x: expected shape (…, n, d) with d divisible by n_heads={n_heads}, got {tuple(x.shape)}"
@@ -33,8 +36,7 @@ def split_heads(x: Tensor, n_heads: int) -> Tensor:
 
 def merge_heads(x: Tensor) -> Tensor:
     """Inverse of ``split_heads``: ``(…, h, n, d_k) -> (…, n, h·d_k)``. Chapter 5."""
-    if not isinstance(x, Tensor):
-        raise TypeError(f"x: expected a torch.Tensor, got {type(x).__name__}")
+    require_tensor("x", x)
     if x.ndim < 3:
         raise ValueError(f"x: expected shape (…, h, n, d_k), got {tuple(x.shape)}")
     *lead, h, n, d_k = x.shape
@@ -70,15 +72,17 @@ class MultiHeadAttention(nn.Module):
         alibi: bool = False,
     ):
         super().__init__()
-        for name, val in (("d_model", d_model), ("n_heads", n_heads)):
-            if not isinstance(val, int) or val <= 0:
-                raise ValueError(f"{name}: expected a positive int, got {val!r}")
+        require_int("d_model", d_model)
+        require_int("n_heads", n_heads)
+        for name, flag in (("bias", bias), ("causal", causal), ("rope", rope), ("alibi", alibi)):
+            require_bool(name, flag)
+        require_positive("rope_base", rope_base)
         if d_model % n_heads != 0:
             raise ValueError(
                 f"d_model: expected a multiple of n_heads={n_heads}, got d_model={d_model}"
             )
-        n_kv_heads = n_heads if n_kv_heads is None else n_kv_heads
-        if not isinstance(n_kv_heads, int) or n_kv_heads <= 0 or n_heads % n_kv_heads != 0:
+        n_kv_heads = n_heads if n_kv_heads is None else require_int("n_kv_heads", n_kv_heads)
+        if n_heads % n_kv_heads != 0:
             raise ValueError(
                 f"n_kv_heads: expected a positive divisor of n_heads={n_heads}, got {n_kv_heads!r}"
             )
@@ -97,14 +101,27 @@ class MultiHeadAttention(nn.Module):
                 f"causal={self.causal}, rope={self.rope}, alibi={self.alibi}")
 
     def _check_input(self, name: str, t: Tensor, ndim: int | None = None) -> None:
-        if not isinstance(t, Tensor):
-            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        require_tensor(name, t)
         if t.ndim not in (2, 3) or t.shape[-1] != self.d_model or (ndim and t.ndim != ndim):
             want = "(batch, len, d_model)" if ndim == 3 else "(len, d_model)" if ndim == 2 else \
                 "(batch, len, d_model) or (len, d_model)"
             raise ValueError(
                 f"{name}: expected shape {want} with d_model={self.d_model}, got {tuple(t.shape)}"
             )
+
+    def _check_context(self, x: Tensor, context: Tensor, cache: dict | None) -> None:
+        """Cross-attention: same batch as x, no cache, no positions. Chapter 5."""
+        self._check_input("context", context, ndim=x.ndim)
+        if x.ndim == 3 and context.shape[0] != x.shape[0]:
+            raise ValueError(f"context: expected batch size {x.shape[0]} (as x), "
+                             f"got {context.shape[0]} (shape {tuple(context.shape)})")
+        if cache is not None:
+            raise ValueError("cache: expected None with context (the cache is for self-attention)")
+        if self.rope or self.alibi:
+            raise ValueError("context: rope/alibi positions need self-attention, got a context")
+        if self.causal and context.shape[-2] < x.shape[-2]:
+            raise ValueError(f"context: expected at least n={x.shape[-2]} positions for causal "
+                             f"attention (queries are the last n), got {context.shape[-2]}")
 
     def forward(
         self,
@@ -128,13 +145,9 @@ class MultiHeadAttention(nn.Module):
         Chapter 5.
         """
         self._check_input("x", x)
-        unbatched = x.ndim == 2
         if context is not None:
-            self._check_input("context", context, ndim=x.ndim)
-            if cache is not None:
-                raise ValueError("cache: expected None with context (the cache is for self-attention)")
-            if self.rope or self.alibi:
-                raise ValueError("context: rope/alibi positions need self-attention, got a context")
+            self._check_context(x, context, cache)
+        unbatched = x.ndim == 2
         if unbatched:
             x = x.unsqueeze(0)
             context = None if context is None else context.unsqueeze(0)
@@ -144,33 +157,38 @@ class MultiHeadAttention(nn.Module):
         k = split_heads(self.k_proj(src), self.n_kv_heads)  # (b, h_kv, n_src, d_k)
         v = split_heads(self.v_proj(src), self.n_kv_heads)
         k, v = self._extend_cache(q, k, v, cache)
-        n, m = q.shape[-2], k.shape[-2]
+        mask, bias = self._mask_and_bias(mask, q, k)
 
         group = self.n_heads // self.n_kv_heads
         if group > 1:  # every query head in a group reads the same key/value head
             k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
-        bias = None
-        if self.alibi:
-            from transformer_lib.positional import alibi_bias
-
-            # (h, n, m), bottom-right aligned: the n queries are the newest positions
-            bias = alibi_bias(n, self.n_heads, m, dtype=q.dtype, device=q.device)
-        if self.causal:
-            cm = causal_mask(n, m, device=x.device)
-            mask = cm if mask is None else mask & cm
-
         out, weights = scaled_dot_product_attention(q, k, v, mask=mask, bias=bias)
         out = self.out_proj(merge_heads(out))  # (b, n, d)
         if unbatched:
             out, weights = out.squeeze(0), weights.squeeze(0)
         return (out, weights) if return_weights else out
 
+    def _mask_and_bias(
+        self, mask: Tensor | None, q: Tensor, k: Tensor
+    ) -> tuple[Tensor | None, Tensor | None]:
+        """Check the user's mask, add the causal mask, build the ALiBi bias. Chapter 7."""
+        b, n, m = q.shape[0], q.shape[-2], k.shape[-2]
+        if mask is not None:
+            require_mask("mask", mask, (b, self.n_heads, n, m))
+        if self.causal:
+            cm = causal_mask(n, m, device=q.device)
+            mask = cm if mask is None else mask & cm
+        bias = None
+        if self.alibi:  # (h, n, m), bottom-right aligned: the n queries are the newest positions
+            bias = alibi_bias(n, self.n_heads, m, dtype=q.dtype, device=q.device)
+        return mask, bias
+
     def _extend_cache(
         self, q: Tensor, k: Tensor, v: Tensor, cache: dict | None
     ) -> tuple[Tensor, Tensor]:
         """Apply RoPE at offset positions, then prepend cached keys/values. Chapter 7."""
-        if cache is not None and not isinstance(cache, dict):
-            raise TypeError(f"cache: expected a dict, got {type(cache).__name__}")
+        if cache is not None:
+            require_instance("cache", cache, dict, "a dict")
         offset = 0
         if cache is not None and "k" in cache:
             offset = cache["k"].shape[-2]
@@ -180,8 +198,6 @@ class MultiHeadAttention(nn.Module):
                     f"got {tuple(cache['k'].shape)}"
                 )
         if self.rope:
-            from transformer_lib.positional import apply_rope
-
             pos = torch.arange(offset, offset + q.shape[-2], device=q.device)
             q = apply_rope(q, pos, self.rope_base)
             k = apply_rope(k, pos, self.rope_base)
@@ -198,8 +214,7 @@ class MultiHeadAttention(nn.Module):
         to compare outputs directly). Note torch's ``attn_mask`` marks *forbidden* positions with
         True, the opposite of this library's mask. Chapter 5.
         """
-        if not isinstance(m, nn.MultiheadAttention):
-            raise TypeError(f"m: expected nn.MultiheadAttention, got {type(m).__name__}")
+        require_instance("m", m, nn.MultiheadAttention, "nn.MultiheadAttention")
         if not m._qkv_same_embed_dim or m.bias_k is not None or m.add_zero_attn:
             raise ValueError("m: expected kdim == vdim == embed_dim, add_bias_kv=False, add_zero_attn=False")
         bias = m.in_proj_bias is not None

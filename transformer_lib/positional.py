@@ -12,6 +12,9 @@ import math
 import torch
 from torch import Tensor, nn
 
+from transformer_lib._checks import (require_ids, require_int, require_positive, require_query_block,
+                                     require_tensor)
+
 __all__ = [
     "sinusoidal_encoding",
     "LearnedPositionalEmbedding",
@@ -24,11 +27,6 @@ __all__ = [
 ]
 
 
-def _check_positive_int(value: int, name: str) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{name}: expected a positive integer, got {value!r}")
-
-
 def sinusoidal_encoding(n: int, d: int, base: float = 10000.0, dtype: torch.dtype = torch.float32) -> Tensor:
     """Fixed sinusoidal encodings ``() -> (n, d)``.
 
@@ -36,8 +34,9 @@ def sinusoidal_encoding(n: int, d: int, base: float = 10000.0, dtype: torch.dtyp
     columns is a clock turning at its own frequency, fast in the first columns and slow in
     the last ones. No parameters; any ``n``. Chapter 6.
     """
-    _check_positive_int(n, "n")
-    _check_positive_int(d, "d")
+    require_int("n", n)
+    require_int("d", d)
+    require_positive("base", base)
     pos = torch.arange(n, dtype=torch.float64)[:, None]                  # (n, 1)
     two_k = torch.arange(0, d, 2, dtype=torch.float64)                     # (ceil(d/2),)
     angle = pos / base ** (two_k / d)                                      # (n, ceil(d/2))
@@ -57,26 +56,19 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def __init__(self, n_ctx: int, d: int, init_std: float = 0.02) -> None:
         super().__init__()
-        _check_positive_int(n_ctx, "n_ctx")
-        _check_positive_int(d, "d")
+        require_int("n_ctx", n_ctx)
+        require_int("d", d)
         self.n_ctx, self.d = n_ctx, d
         self.weight = nn.Parameter(torch.randn(n_ctx, d) * init_std)
 
     def forward(self, positions: int | Tensor) -> Tensor:
         """``n`` -> ``(n, d)``, or integer positions ``(…,)`` -> ``(…, d)``. Chapter 6."""
         if isinstance(positions, int):
-            _check_positive_int(positions, "n")
+            require_int("n", positions)
             if positions > self.n_ctx:
                 raise ValueError(f"n: expected at most n_ctx={self.n_ctx} positions, got {positions}")
             return self.weight[:positions]
-        if positions.is_floating_point():
-            raise TypeError(f"positions: expected an integer tensor, got dtype {positions.dtype}")
-        if positions.numel() and (positions.min() < 0 or positions.max() >= self.n_ctx):
-            raise ValueError(
-                f"positions: expected values in [0, n_ctx={self.n_ctx}), got range "
-                f"[{int(positions.min())}, {int(positions.max())}]"
-            )
-        return self.weight[positions]
+        return self.weight[require_ids("positions", positions, self.n_ctx, "n_ctx")]
 
     def extra_repr(self) -> str:
         return f"n_ctx={self.n_ctx}, d={self.d}"
@@ -87,7 +79,8 @@ def _positions(positions: int | Tensor | None, n: int, device: torch.device | No
     if positions is None:
         return torch.arange(n, dtype=torch.float64, device=device)
     if isinstance(positions, int):
-        return torch.arange(positions, positions + n, dtype=torch.float64, device=device)
+        t = require_int("positions", positions, low=0)
+        return torch.arange(t, t + n, dtype=torch.float64, device=device)
     positions = torch.as_tensor(positions, device=device)
     if positions.dim() != 1 or positions.shape[0] != n:
         raise ValueError(f"positions: expected shape ({n},) to match x's n={n}, got {tuple(positions.shape)}")
@@ -96,8 +89,10 @@ def _positions(positions: int | Tensor | None, n: int, device: torch.device | No
 
 def rope_angles(positions: Tensor, d: int, base: float = 10000.0) -> Tensor:
     """Rotation angles ``(n,) -> (n, d/2)``: ``θ[i, k] = positions[i] / base^(2k/d)``. Chapter 6."""
-    if d % 2:
+    require_tensor("positions", positions)
+    if require_int("d", d) % 2:
         raise ValueError(f"d: expected an even dimension for RoPE, got {d}")
+    require_positive("base", base)
     inv_freq = 1.0 / base ** (torch.arange(0, d, 2, dtype=torch.float64, device=positions.device) / d)
     return positions.to(torch.float64)[:, None] * inv_freq[None, :]
 
@@ -105,18 +100,25 @@ def rope_angles(positions: Tensor, d: int, base: float = 10000.0) -> Tensor:
 def rope_cos_sin(
     positions: Tensor, d: int, base: float = 10000.0, dtype: torch.dtype = torch.float32
 ) -> tuple[Tensor, Tensor]:
-    """``cos, sin`` of shape ``(n, d)``, each angle repeated for dims k and k + d/2 (LLaMA layout).
-
-    Computed in float64, returned in ``dtype``. Chapter 6.
+    """``cos, sin`` of shape ``(n,) -> (n, d)``, each angle repeated for dims k and k + d/2
+    (LLaMA layout). Computed in float64, returned in ``dtype``. Chapter 6.
     """
     theta = rope_angles(positions, d, base)
     emb = torch.cat([theta, theta], dim=-1)
     return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
+def _require_pairs(x: object) -> Tensor:
+    """A tensor ``(…, d)`` with d even: RoPE rotates pairs of dimensions. Chapter 6."""
+    require_tensor("x", x)
+    if x.dim() < 1 or x.shape[-1] % 2:
+        raise ValueError(f"x: expected an even last dimension d for RoPE, got shape {tuple(x.shape)}")
+    return x
+
+
 def rotate_half(x: Tensor) -> Tensor:
     """``(…, d) -> (…, d)``: ``[x1, x2] -> [-x2, x1]`` with x1, x2 the two halves. Chapter 6."""
-    half = x.shape[-1] // 2
+    half = _require_pairs(x).shape[-1] // 2
     return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
 
 
@@ -127,13 +129,12 @@ def apply_rope(x: Tensor, positions: int | Tensor | None = None, base: float = 1
     ``p / base^(2k/d)`` (the rotate-half layout of LLaMA-family code). Applied to queries and
     keys, the score ``q_mᵀ k_n`` then depends on positions only through ``m − n``.
     ``positions``: None for ``0…n−1``, an int offset t for ``t…t+n−1`` (KV cache), or a
-    tensor ``(n,)``. Chapter 6.
+    tensor ``(n,)``; ``base`` > 0. Chapter 6.
     """
+    _require_pairs(x)
     if x.dim() < 2:
         raise ValueError(f"x: expected shape (…, n, d), got {tuple(x.shape)}")
     n, d = x.shape[-2], x.shape[-1]
-    if d % 2:
-        raise ValueError(f"x: expected an even last dimension d for RoPE, got shape {tuple(x.shape)}")
     pos = _positions(positions, n, x.device)
     dtype = x.dtype if x.is_floating_point() else torch.float32
     cos, sin = rope_cos_sin(pos, d, base, dtype)
@@ -147,7 +148,7 @@ def alibi_slopes(n_heads: int, dtype: torch.dtype = torch.float32) -> Tensor:
     with p the largest power of two below h, the p slopes for p heads followed by every other
     slope for 2p heads (1st, 3rd, …), as in BLOOM. Chapter 6.
     """
-    _check_positive_int(n_heads, "n_heads")
+    require_int("n_heads", n_heads)
 
     def geometric(h: int) -> list[float]:
         return [2.0 ** (-8.0 * i / h) for i in range(1, h + 1)]
@@ -169,8 +170,8 @@ def alibi_bias(
     """Additive ALiBi score bias ``() -> (n_heads, n, m)``, to add to ``QKᵀ/√d_k`` before softmax.
 
     Query i sits at position ``i + (m − n)`` (bottom-right aligned, so a query block of n
-    positions after ``m − n`` cached keys lines up like ``causal_mask``); with the signed
-    distance ``δ_ij = i + (m − n) − j``:
+    positions after ``m − n`` cached keys lines up like ``causal_mask``; ``m >= n``); with
+    the signed distance ``δ_ij = i + (m − n) − j``:
 
     - ``symmetric=True`` (default): ``−slope_h · |δ_ij|``, a recency penalty in both
       directions (the form used for bidirectional attention); on the entries a causal mask
@@ -181,9 +182,9 @@ def alibi_bias(
 
     Chapter 6.
     """
-    _check_positive_int(n, "n")
-    m = n if m is None else m
-    _check_positive_int(m, "m")
+    require_int("n", n)
+    m = n if m is None else require_int("m", m)
+    require_query_block(n, m)
     i = torch.arange(n, dtype=torch.float64, device=device)[:, None] + (m - n)
     j = torch.arange(m, dtype=torch.float64, device=device)[None, :]
     delta = i - j

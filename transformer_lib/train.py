@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from transformer_lib._checks import require_int, require_positive
+
 __all__ = ["cross_entropy_loss", "train", "evaluate_loss"]
 
 Batch = tuple[Tensor, Tensor]
@@ -73,10 +75,8 @@ def train(
     and two runs with the same model initialisation and batches give the same losses.
     ``callback(step, loss)`` is called after each step. Chapter 7.
     """
-    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 0:
-        raise ValueError(f"steps: expected a non-negative integer, got {steps!r}")
-    if not lr > 0:
-        raise ValueError(f"lr: expected a positive learning rate, got {lr!r}")
+    require_int("steps", steps, low=0)
+    require_positive("lr", lr)
     loss_fn = loss_fn or cross_entropy_loss
     stream = _batch_stream(batches)
     params = [p for p in model.parameters() if p.requires_grad]

@@ -20,6 +20,8 @@ from matplotlib import animation
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
+from transformer_lib._checks import require_int
+
 __all__ = [
     "BOOK_GREY", "BOOK_CMAP", "use_book_style", "attention_heatmap", "head_grid", "animation_html",
 ]
@@ -202,9 +204,7 @@ def head_grid(
     titles = [f"head {i}" for i in range(h)] if titles is None else list(titles)
     if len(titles) != h:
         raise ValueError(f"titles: expected {h} titles (one per head), got {len(titles)}")
-    ncols = min(h, 4) if ncols is None else ncols
-    if ncols < 1:
-        raise ValueError(f"ncols: expected a positive integer, got {ncols}")
+    ncols = min(h, 4) if ncols is None else require_int("ncols", ncols)
     nrows = -(-h // ncols)
     fig, axes = plt.subplots(nrows, ncols, figsize=(0.6 + (0.45 * m + 0.8) * ncols, (0.45 * n + 0.9) * nrows),
                              squeeze=False, constrained_layout=True)
