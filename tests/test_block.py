@@ -19,7 +19,8 @@ def rand(*shape, seed=0):
 
 
 def randomize(module, seed=0):
-    """Give norms non-trivial weights so that copying them is actually tested."""
+    """Random values for every parameter (norm gains stay near 1), so that copying each one,
+    biases included, is actually tested: torch initialises biases and norm shifts to 0."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for p in module.parameters():
@@ -83,11 +84,9 @@ def test_mlp_swiglu_and_default_width():
 @pytest.mark.parametrize("bias", [True, False])
 def test_block_matches_torch(norm_first, activation, causal, bias):
     d, h, d_ff, n = 8, 2, 16, 5
-    torch.manual_seed(0)
     ref = nn.TransformerEncoderLayer(d, h, d_ff, dropout=0.0, activation=activation, batch_first=True,
                                      norm_first=norm_first, bias=bias).double()
-    randomize(ref.norm1, 1), randomize(ref.norm2, 2)
-    ref.eval()
+    randomize(ref, 1).eval()  # every parameter, so that each bias and gain copied is checked
     ours = TransformerBlock.from_torch(ref, causal=causal).eval()
     x = rand(2, n, d, seed=7)
     cm = causal_mask(n)
@@ -174,6 +173,8 @@ def test_error_input_width():
 def test_error_from_torch_type():
     with pytest.raises(TypeError, match=r"layer: expected nn.TransformerEncoderLayer, got Linear"):
         TransformerBlock.from_torch(nn.Linear(2, 2))
+    with pytest.raises(ValueError, match=r"layer: expected batch_first=True, got False"):
+        TransformerBlock.from_torch(nn.TransformerEncoderLayer(8, 2, 16))
 
 
 @pytest.mark.parametrize("mask,error,message", [

@@ -22,6 +22,16 @@ def make(d, h, seed=0, **kw):
     return MultiHeadAttention(d, h, **kw).double().eval()
 
 
+def randomize(module, seed=0):
+    """Random values for every parameter, biases included: torch zero-initialises
+    ``in_proj_bias`` and ``out_proj.bias``, so copying the wrong bias slice would go unseen."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in module.parameters():
+            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.5)
+    return module
+
+
 # ------------------------------------------------------------------ split / merge
 def test_split_merge_roundtrip():
     x = rand(2, 5, 12)
@@ -51,8 +61,7 @@ def test_running_example_two_heads():
 @pytest.mark.parametrize("batched", [True, False])
 def test_from_torch_matches(bias, h, causal, batched):
     d, n = 8, 5
-    torch.manual_seed(h)
-    ref = nn.MultiheadAttention(d, h, bias=bias, batch_first=True).double().eval()
+    ref = randomize(nn.MultiheadAttention(d, h, bias=bias, batch_first=True).double(), seed=h).eval()
     ours = MultiHeadAttention.from_torch(ref).eval()
     x = rand(2, n, d, seed=1) if batched else rand(n, d, seed=1)
     cm = causal_mask(n)
@@ -71,8 +80,7 @@ def test_from_torch_matches(bias, h, causal, batched):
 
 
 def test_cross_attention_matches_torch():
-    torch.manual_seed(0)
-    ref = nn.MultiheadAttention(8, 2, batch_first=True).double().eval()
+    ref = randomize(nn.MultiheadAttention(8, 2, batch_first=True).double()).eval()
     ours = MultiHeadAttention.from_torch(ref)
     x, ctx = rand(3, 4, 8, seed=2), rand(3, 6, 8, seed=3)
     out, w = ours(x, context=ctx, return_weights=True)
@@ -216,6 +224,11 @@ def test_error_mask_wrong_size_or_dtype(causal):
         mha(torch.ones(2, 4, 8), mask=torch.ones(4, 4))
     with pytest.raises(TypeError, match=r"mask: expected a torch.Tensor, got list"):
         mha(torch.ones(2, 4, 8), mask=[[True] * 4] * 4)
+
+
+def test_from_torch_rejects_sequence_first_layers():
+    with pytest.raises(ValueError, match=r"m: expected batch_first=True, got False"):
+        MultiHeadAttention.from_torch(nn.MultiheadAttention(8, 2))
 
 
 def test_error_cache_type_and_context():

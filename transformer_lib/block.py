@@ -179,7 +179,8 @@ class TransformerBlock(nn.Module):
 
     @classmethod
     def from_torch(cls, layer: nn.TransformerEncoderLayer, causal: bool = False) -> "TransformerBlock":
-        """Copy a ``torch.nn.TransformerEncoderLayer`` (relu or gelu, either ``norm_first``).
+        """Copy a ``torch.nn.TransformerEncoderLayer`` (relu or gelu, either ``norm_first``,
+        ``batch_first=True``).
 
         Compare in ``eval()`` mode or with ``dropout=0.0``; torch's ``src_mask`` marks
         forbidden positions with True, the opposite of this library's mask. Chapter 3.
@@ -188,6 +189,8 @@ class TransformerBlock(nn.Module):
         act = {1: "relu", 2: "gelu"}.get(getattr(layer, "activation_relu_or_gelu", 0))
         if act is None:
             raise ValueError(f"layer: expected activation relu or gelu, got {layer.activation!r}")
+        if not layer.self_attn.batch_first:
+            raise ValueError("layer: expected batch_first=True, got False")
         bias = layer.linear1.bias is not None
         block = cls(layer.linear1.in_features, layer.self_attn.num_heads, layer.linear1.out_features,
                     norm_first=layer.norm_first, activation=act, causal=causal, bias=bias,

@@ -210,11 +210,14 @@ class MultiHeadAttention(nn.Module):
 
     @classmethod
     def from_torch(cls, m: nn.MultiheadAttention) -> "MultiHeadAttention":
-        """Copy the weights of a ``torch.nn.MultiheadAttention`` (use ``batch_first=True`` in torch
-        to compare outputs directly). Note torch's ``attn_mask`` marks *forbidden* positions with
-        True, the opposite of this library's mask. Chapter 5.
+        """Copy the weights of a ``torch.nn.MultiheadAttention`` built with ``batch_first=True``
+        (a ``(n, b, d)`` layer would read the same tensor differently, so it is rejected).
+        Note torch's ``attn_mask`` marks *forbidden* positions with True, the opposite of this
+        library's mask. Chapter 5.
         """
         require_instance("m", m, nn.MultiheadAttention, "nn.MultiheadAttention")
+        if not m.batch_first:
+            raise ValueError("m: expected batch_first=True, got False")
         if not m._qkv_same_embed_dim or m.bias_k is not None or m.add_zero_attn:
             raise ValueError("m: expected kdim == vdim == embed_dim, add_bias_kv=False, add_zero_attn=False")
         bias = m.in_proj_bias is not None

@@ -125,8 +125,9 @@ def unexpected_errors(errors: list[str]) -> list[str]:
     return [e for e in errors if not any(k in e for k in KNOWN_PAGE_ERRORS)]
 
 
-RAW_TEX = re.compile(r"\$\$|\\(?:frac|begin|end|mathbb|mathbf|mathrm|operatorname|sqrt|sum|"
-                     r"softmax|top|left|right|cdot|times|in|R|E|T)\b|\\[\[\]()]|\$[^$\s][^$]{0,80}\$")
+# `$$`, any TeX command (`\frac`, `\alpha_{ij}`, the book's macros `\R`, `\T`), `\[ \( \) \]`,
+# or a `$…$` span: in visible prose (code and outputs excluded) none survives typesetting.
+RAW_TEX = re.compile(r"\$\$|\\[A-Za-z]+|\\[\[\]()]|\$[^$\s][^$]{0,80}\$")
 
 
 def raw_tex(text: str) -> list[str]:
@@ -198,3 +199,46 @@ def parse_rgb(css: str) -> tuple[int, int, int]:
     """`rgb(20, 24, 30)` -> (20, 24, 30)."""
     nums = [int(float(v)) for v in re.findall(r"[\d.]+", css)[:3]]
     return nums[0], nums[1], nums[2]
+
+
+def _luminance(rgb):
+    """WCAG relative luminance of sRGB values in [0, 255] (last axis: R, G, B)."""
+    import numpy as np
+
+    c = np.asarray(rgb, dtype=float) / 255.0
+    c = np.where(c <= 0.03928, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
+    return c[..., 0] * 0.2126 + c[..., 1] * 0.7152 + c[..., 2] * 0.0722
+
+
+def contrast(rgb_a, rgb_b):
+    """WCAG contrast ratio between two colours (1 to 21)."""
+    import numpy as np
+
+    la, lb = _luminance(rgb_a), _luminance(rgb_b)
+    return (np.maximum(la, lb) + 0.05) / (np.minimum(la, lb) + 0.05)
+
+
+def ink_on_background(png: bytes, background: tuple[int, int, int]) -> tuple[int, float]:
+    """(number of ink pixels, share of them with contrast >= 3 against `background`).
+
+    Ink is what a figure draws straight onto its transparent background: opaque grey
+    pixels (text, axes, ticks) within 3 px of a transparent one. Annotations on opaque
+    heatmap cells are excluded: the cell, not the page, lies behind them.
+    """
+    import numpy as np
+    from PIL import Image
+
+    with Image.open(io.BytesIO(png)) as im:
+        rgba = np.asarray(im.convert("RGBA"), dtype=float)
+    rgb, alpha = rgba[..., :3], rgba[..., 3] / 255
+    clear, r = alpha < 0.1, 3
+    near_clear = np.zeros_like(clear)
+    padded = np.pad(clear, r)
+    h, w = clear.shape
+    for dy in range(2 * r + 1):
+        for dx in range(2 * r + 1):
+            near_clear |= padded[dy:dy + h, dx:dx + w]
+    ink = (rgb.max(-1) - rgb.min(-1) < 12) & (alpha > 0.9) & near_clear
+    if not ink.any():
+        return 0, 1.0
+    return int(ink.sum()), float((contrast(rgb[ink], background) >= 3).mean())

@@ -47,6 +47,13 @@ async () => {
       .map((o) => o.textContent.slice(0, 300)),
   ];
 
+  // outputs wider than their box: the reader would have to scroll sideways to read them
+  const clipped = (sel) => [...article.querySelectorAll(sel)]
+    .filter((e) => e.scrollWidth > e.clientWidth + 1)
+    .map((e) => e.textContent.trim().split("\n").reduce((a, b) => (b.length > a.length ? b : a), ""));
+  const clippedOutputs = clipped(".cell_output pre");
+  const clippedInputs = clipped(".cell_input pre");
+
   // 5. images
   const images = [...document.querySelectorAll("img")].map((img) => {
     const fig = img.closest("figure");
@@ -94,8 +101,13 @@ async () => {
     !!(goals.compareDocumentPosition(firstH2) & Node.DOCUMENT_POSITION_FOLLOWING));
   const tables = [...article.querySelectorAll("table")].map((t) => ({
     header: [...t.querySelectorAll("thead th, tr:first-child th")].map((th) => th.textContent.trim()),
+    rows: [...t.querySelectorAll("tbody tr")].map((tr) =>
+      [...tr.querySelectorAll("td")].map((td) => td.textContent.trim())),
     links: [...t.querySelectorAll("a[href]")].map((a) => a.href),
   }));
+  // search fields a reader sees (the sidebar's; a second bar would be a theme defect)
+  const searchFields = [...document.querySelectorAll(".search-button-field")]
+    .filter((el) => el.checkVisibility && el.checkVisibility()).length;
 
   return {
     url: location.href,
@@ -105,13 +117,13 @@ async () => {
     mjxCount: document.querySelectorAll("mjx-container").length,
     mathCount, mathErrors,
     prose: prose.join(" "),
-    errorOutputs, images, widgets,
+    errorOutputs, clippedOutputs, clippedInputs, images, widgets,
     widgetViewScripts: viewScripts().length,
     goals: !!goals, goalsBeforeH2,
     prev: !!document.querySelector(".prev-next-area a.left-prev"),
     next: !!document.querySelector(".prev-next-area a.right-next"),
     prevNextArea: !!document.querySelector(".prev-next-area"),
-    tables,
+    tables, searchFields,
     links: [...document.querySelectorAll("a[href]")].map((a) => a.href),
     background: getComputedStyle(document.body).backgroundColor,
   };

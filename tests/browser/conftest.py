@@ -81,9 +81,17 @@ def _disabled_reason() -> str | None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Without Chromium or a book, keep one test that skips with the hint (one line)."""
-    if _disabled_reason() is None:
+    """Without Chromium or a book, keep one test that skips with the hint (one line).
+
+    With BOOK_BROWSER_REQUIRED=1 (set by .ci/run) a missing browser is an error instead:
+    CI must never pass with the browser suite silently skipped.
+    """
+    reason = _disabled_reason()
+    if reason is None:
         return
+    if os.environ.get("BOOK_BROWSER_REQUIRED") == "1":
+        raise pytest.UsageError(
+            f"BOOK_BROWSER_REQUIRED=1, but the browser suite cannot run here ({reason})")
     here = Path(__file__).parent
     dropped = [i for i in items if here in Path(str(i.path)).parents
                and i.name != "test_browser_suite_is_enabled"]

@@ -6,8 +6,11 @@ what that visit saw. A full-page screenshot of each page goes to `_build/screens
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from browser_helpers import broken_links, is_trivial_alt, raw_tex
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_math_is_typeset(visitor, page_path):
@@ -22,6 +25,12 @@ def test_math_is_typeset(visitor, page_path):
 def test_no_error_output(visitor, page_path):
     errors = visitor.report(page_path).data["errorOutputs"]
     assert not errors, f"{page_path}: the page shows error output: {errors[:3]}"
+
+
+def test_outputs_fit_the_page(visitor, page_path):
+    """Printed output fits its box at 1280 px: no check line is cut off at the right edge."""
+    clipped = visitor.report(page_path).data["clippedOutputs"]
+    assert not clipped, f"{page_path}: output lines wider than the page: {clipped[:5]}"
 
 
 def test_figures_load_and_are_described(visitor, page_path):
@@ -62,26 +71,43 @@ def test_page_screenshot(visitor, page_path):
     assert shot is not None and shot.exists() and shot.stat().st_size > 10_000, shot
 
 
-def test_chapter_structure(visitor, page_path):
-    """Learning goals open every chapter; previous / next links close it."""
+def test_chapter_structure(visitor, page_path, all_page_paths):
+    """Learning goals open every chapter; previous / next links close every page."""
+    data = visitor.report(page_path).data
+    if page_path in all_page_paths:
+        assert data["prevNextArea"], f"{page_path}: no previous / next navigation"
+        assert data["prev"] and data["next"], f"{page_path}: previous or next link missing"
     if not page_path.startswith("chapters/"):
         return  # exercises pages have no learning goals box
-    data = visitor.report(page_path).data
     assert data["goals"], f"{page_path}: no learning-goals box (admonition class learning-goals)"
     assert data["goalsBeforeH2"], f"{page_path}: the learning goals must come before the first section"
-    assert data["prevNextArea"], f"{page_path}: no previous / next navigation"
-    assert data["prev"] and data["next"], f"{page_path}: previous or next link missing"
     assert re.match(r"\d+\.\s", data["h1"].strip()), f"{page_path}: title {data['h1']!r} is not 'N. Title'"
 
 
+def test_one_search_field(visitor, page_path):
+    """The sidebar's search field is the only one (no second, page-wide search bar)."""
+    count = visitor.report(page_path).data["searchFields"]
+    assert count == 1, f"{page_path}: {count} visible search fields at 1280 px, expected 1"
+
+
 def test_intro_has_the_course_map(visitor, root_path, all_page_paths):
+    """Chapter -> library module -> exercises: every row names a module that exists."""
     data = visitor.report(root_path).data
     maps = [t for t in data["tables"] if any("Library module" in h for h in t["header"])
             and any("Exercises" in h for h in t["header"])]
     assert maps, f"{root_path}: no course map table with 'Library module' and 'Exercises' columns"
-    linked = {link.split("#")[0].split("?")[0] for link in maps[0]["links"]}
+    table = maps[0]
+    linked = {link.split("#")[0].split("?")[0] for link in table["links"]}
     missing = [p for p in all_page_paths if visitor.base_url + p not in linked]
     assert not missing, f"{root_path}: the course map does not link to {missing}"
+    column = next(i for i, h in enumerate(table["header"]) if "Library module" in h)
+    assert len(table["rows"]) == sum(p.startswith("chapters/") for p in all_page_paths), \
+        f"{root_path}: the course map needs one row per chapter, has {len(table['rows'])}"
+    for row in table["rows"]:
+        modules = re.findall(r"transformer_lib\.(\w+)", row[column])
+        assert modules, f"{root_path}: course map row {row[0]!r} names no transformer_lib module"
+        absent = [m for m in modules if not (REPO / "transformer_lib" / f"{m}.py").exists()]
+        assert not absent, f"{root_path}: course map row {row[0]!r} names missing modules {absent}"
 
 
 def test_internal_links_resolve(visitor, page_path):

@@ -22,6 +22,13 @@ WAIT_FOR_RESULTS = """async () => {
 }"""
 
 
+def test_every_chapter_has_a_search_term(all_page_paths):
+    """A new chapter must add a term it defines to TERMS, so its search is tested too."""
+    covered = {chapter for _, chapter in TERMS}
+    missing = [p for p in all_page_paths if p.startswith("chapters/") and p not in covered]
+    assert not missing, f"add a term each of these chapters defines to TERMS: {missing}"
+
+
 @pytest.mark.parametrize(("term", "chapter"), TERMS)
 def test_search_finds_the_chapter(visitor, all_page_paths, term, chapter):
     if chapter not in all_page_paths:
