@@ -1,4 +1,5 @@
 """Tests for transformer_lib.attention (Chapter 2)."""
+import inspect
 import math
 
 import pytest
@@ -170,6 +171,21 @@ def test_self_attention_cross_and_mask():
     out_c = layer(x, mask=causal_mask(5))
     ref_c = F.scaled_dot_product_attention(layer.W_q(x), layer.W_k(x), layer.W_v(x), is_causal=True)
     torch.testing.assert_close(out_c, ref_c, **TOL)
+
+
+def test_self_attention_argument_order_is_multihead_attention_order():
+    """(x, context, mask, return_weights) in both layers, so positional calls mean the same."""
+    from transformer_lib.multihead import MultiHeadAttention
+
+    names = lambda f: list(inspect.signature(f).parameters)[1:5]
+    assert names(SelfAttention.forward) == names(MultiHeadAttention.forward)
+    torch.manual_seed(0)
+    layer = SelfAttention(6, 4).double()
+    x, ctx = rand(5, 6, seed=33), rand(7, 6, seed=34)
+    mask = causal_mask(5, 7)
+    out, w = layer(x, ctx, mask, True)
+    torch.testing.assert_close(out, layer(x, context=ctx, mask=mask), atol=0, rtol=0)
+    assert w.shape == (5, 7) and torch.all(w[~mask] == 0)
 
 
 def test_permutation_equivariance():

@@ -244,10 +244,18 @@ class SelfAttention(nn.Module):
     def forward(
         self,
         x: Tensor,
-        mask: Tensor | None = None,
         context: Tensor | None = None,
+        mask: Tensor | None = None,
         return_weights: bool = False,
     ) -> Tensor | tuple[Tensor, Tensor]:
+        """``(…, n, d_model) -> (…, n, d_v)``; the argument order of ``MultiHeadAttention``.
+
+        - ``context`` ``(…, m, d_model)``: cross-attention (keys and values from context).
+        - ``mask``: bool, broadcastable to ``(…, n, m)``, True = may attend.
+        - ``return_weights``: also return the attention weights ``(…, n, m)``.
+
+        Chapter 2.
+        """
         context = x if context is None else context
         for name, t in (("x", x), ("context", context)):
             require_tensor(name, t)
