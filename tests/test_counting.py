@@ -3,14 +3,13 @@ from __future__ import annotations
 
 import pytest
 import torch
+import transformers  # a pinned test dependency: a missing install must fail, not skip
 from torch.utils.flop_counter import FlopCounterMode
 
 from transformer_lib.config import ModelConfig
 from transformer_lib.counting import (PRESETS, count_params, flops_breakdown, flops_per_token,
                                       forward_flops, kv_cache_size, param_breakdown, param_count)
 from transformer_lib.model import GPT
-
-transformers = pytest.importorskip("transformers")
 
 
 def _gpt2_like(c: ModelConfig) -> torch.nn.Module:

@@ -5,6 +5,7 @@ import re
 
 import pytest
 import torch
+import transformers  # a pinned test dependency: a missing install must fail, not skip
 
 from transformer_lib.config import ModelConfig
 from transformer_lib.counting import count_params, param_count
@@ -73,7 +74,6 @@ def test_cached_forward_equals_full_forward(name):
 
 @pytest.fixture(scope="module")
 def tiny_gpt2():
-    transformers = pytest.importorskip("transformers")
     torch.manual_seed(0)
     hf_config = transformers.GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=50,
                                         n_positions=16, resid_pdrop=0, embd_pdrop=0,
