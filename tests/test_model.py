@@ -150,6 +150,44 @@ def test_generate_with_and_without_cache(name):
         assert a.shape == (17,) and torch.equal(a, b)
 
 
+# ------------------------------------------------------------------ sampling: temperature, top-k
+def test_top_k_samples_only_the_k_most_likely_tokens(tiny_gpt2):
+    _, model = tiny_gpt2
+    k, n_new = 3, 6
+    prompt = _ids(3, 50, seed=5).expand(400, 3)          # 400 samples of the same prompt
+    out = model.generate(prompt, n_new, top_k=k, generator=torch.Generator().manual_seed(0))
+    for t in range(3, 3 + n_new):
+        with torch.no_grad():
+            top = model(out[:, :t])[:, -1].topk(k, dim=-1).indices     # (400, k) at that step
+        assert (out[:, t:t + 1] == top).any(dim=1).all(), f"step {t}: a token outside the top {k}"
+    assert len(out[:, 3].unique()) == k                  # sampling, not greedy: all k appear
+
+
+def test_tiny_temperature_is_greedy(tiny_gpt2):
+    _, model = tiny_gpt2
+    prompt = _ids(3, 50, seed=6, batch=8)
+    greedy = model.generate(prompt, 10, temperature=0)
+    cold = model.generate(prompt, 10, temperature=1e-6, generator=torch.Generator().manual_seed(0))
+    warm = model.generate(prompt, 10, temperature=1.0, generator=torch.Generator().manual_seed(0))
+    assert torch.equal(cold, greedy)
+    assert not torch.equal(warm, greedy)                 # the check above is not vacuous
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.5])
+def test_sampling_frequencies_match_softmax(tiny_gpt2, temperature):
+    """One step, N samples: every token's frequency lies within 5 standard errors
+    sqrt(p(1-p)/N) of p = softmax(logits / temperature)."""
+    _, model = tiny_gpt2
+    N, prompt = 40_000, _ids(3, 50, seed=5)
+    out = model.generate(prompt.expand(N, 3), 1, temperature=temperature,
+                         generator=torch.Generator().manual_seed(1))
+    freq = torch.bincount(out[:, -1], minlength=50).double() / N
+    with torch.no_grad():
+        p = torch.softmax(model(prompt)[0, -1].double() / temperature, dim=-1)
+    assert p.max() < 0.5                                 # a spread-out distribution
+    assert ((freq - p).abs() <= 5 * (p * (1 - p) / N).sqrt()).all(), (freq - p).abs().max()
+
+
 @pytest.mark.parametrize("kwargs,error,message", [
     (dict(temperature=-0.5), ValueError, "temperature: expected a finite number >= 0, got -0.5"),
     (dict(temperature=float("nan")), ValueError, "temperature: expected a finite number >= 0"),
