@@ -19,6 +19,7 @@ from transformer_lib.attention import (
 )
 
 TOL = dict(atol=1e-6, rtol=1e-6)
+TIGHT = dict(atol=1e-12, rtol=1e-12)  # float64 against torch: only rounding differs
 D64 = torch.float64
 
 
@@ -71,7 +72,7 @@ def test_sdpa_bool_mask_broadcast(lead):
     n, m, d = 5, 6, 4
     q, k, v = rand(*lead, n, d, seed=4), rand(*lead, m, d, seed=5), rand(*lead, m, d, seed=6)
     mask = torch.rand(n, m, generator=torch.Generator().manual_seed(7)) > 0.3
-    mask[:, 0] = True  # no fully masked row, where torch returns nan
+    mask[:, 0] = True  # no fully masked row (see test_sdpa_fully_masked_row_matches_torch)
     out, w = scaled_dot_product_attention(q, k, v, mask=mask)
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), **TOL)
     assert torch.all(w[..., ~mask] == 0)  # masked weights are exactly zero
@@ -85,6 +86,59 @@ def test_sdpa_causal_matches_is_causal(lead):
     out, w = scaled_dot_product_attention(q, k, v, mask=causal_mask(n))
     torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True), **TOL)
     assert torch.all(w.triu(1) == 0)
+
+
+@pytest.mark.parametrize("n,m", [(1, 5), (3, 7), (4, 5), (6, 6)])
+@pytest.mark.parametrize("lead", [(), (2, 3)])
+def test_sdpa_causal_n_ne_m_matches_torch(lead, n, m):
+    """n queries after m - n cached keys: the mask is aligned bottom-right, i.e. torch.tril
+    with diagonal m - n (not torch's is_causal, which aligns top-left when n != m)."""
+    q, k, v = rand(*lead, n, 4, seed=25), rand(*lead, m, 4, seed=26), rand(*lead, m, 3, seed=27)
+    mask = causal_mask(n, m)
+    assert torch.equal(mask, torch.ones(n, m, dtype=torch.bool).tril(diagonal=m - n))
+    out, w = scaled_dot_product_attention(q, k, v, mask=mask)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), **TIGHT)
+    assert torch.all(w[..., ~mask] == 0)
+
+
+def test_sdpa_mask_with_batch_dims_matches_torch():
+    b, h, n, m = 3, 2, 4, 6
+    q, k, v = rand(b, h, n, 5, seed=28), rand(b, h, m, 5, seed=29), rand(b, h, m, 3, seed=30)
+    mask = torch.rand(b, 1, n, m, generator=torch.Generator().manual_seed(31)) > 0.4  # per sequence
+    mask[0, 0, 1] = False                                  # one fully masked row as well
+    out, w = scaled_dot_product_attention(q, k, v, mask=mask)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), **TIGHT)
+    assert torch.all(w.masked_select(~mask) == 0) and torch.all(out[0, :, 1] == 0)
+
+
+def _random_case(g: torch.Generator):
+    """Random leading dims (some broadcast), n <= m, widths, and a mask/bias of a random
+    broadcastable shape: q, k, v, mask, bias for one comparison with torch."""
+    pick = lambda lo, hi: int(torch.randint(lo, hi + 1, (), generator=g))
+    lead = tuple(pick(1, 3) for _ in range(pick(0, 3)))
+    ones = lambda shape: tuple(1 if pick(0, 2) == 0 else s for s in shape)  # drop some dims to 1
+    n, d_k, d_v = pick(1, 6), pick(1, 8), pick(1, 5)
+    m = n + pick(0, 4)
+    q = torch.randn(*lead, n, d_k, generator=g, dtype=D64)
+    k = torch.randn(*ones(lead), m, d_k, generator=g, dtype=D64)
+    v = torch.randn(*ones(lead), m, d_v, generator=g, dtype=D64)
+    kind = pick(0, 2)
+    mask = None if kind == 0 else causal_mask(n, m) if kind == 1 else \
+        torch.rand(*ones(lead), n, m, generator=g) > 0.3
+    bias = torch.randn(*ones(lead), n, m, generator=g, dtype=D64) if pick(0, 1) else None
+    return q, k, v, mask, bias
+
+
+def test_sdpa_matches_torch_on_random_shapes():
+    g = torch.Generator().manual_seed(32)
+    for trial in range(200):
+        q, k, v, mask, bias = _random_case(g)
+        out, w = scaled_dot_product_attention(q, k, v, mask=mask, bias=bias)
+        attn_mask = bias if mask is None else mask if bias is None else \
+            bias.masked_fill(~mask, float("-inf"))
+        ref = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask)
+        torch.testing.assert_close(out, ref, **TIGHT, msg=lambda e: f"trial {trial}: {e}")
+        assert w.shape == (*out.shape[:-1], k.shape[-2])
 
 
 def test_sdpa_additive_bias_and_scale():
@@ -104,13 +158,21 @@ def test_sdpa_bias_and_mask_together():
     assert torch.all(w[~mask] == 0)
 
 
-def test_sdpa_fully_masked_row_gives_zeros():
-    q, k, v = rand(3, 4, seed=19), rand(5, 4, seed=20), rand(5, 2, seed=21)
+@pytest.mark.parametrize("dtype", [torch.float32, D64])
+def test_sdpa_fully_masked_row_matches_torch(dtype):
+    """A query that may attend to no key: weights 0 and output 0, exactly what
+    F.scaled_dot_product_attention returns (for a bool mask and for an all -inf bias)."""
+    q, k, v = (rand(*s, seed=i).to(dtype) for i, s in ((19, (3, 4)), (20, (5, 4)), (21, (5, 2))))
     mask = torch.ones(3, 5, dtype=torch.bool)
     mask[1] = False
     out, w = scaled_dot_product_attention(q, k, v, mask=mask)
     assert torch.isfinite(out).all() and torch.isfinite(w).all()
-    assert torch.equal(w[1], torch.zeros(5, dtype=D64)) and torch.equal(out[1], torch.zeros(2, dtype=D64))
+    assert torch.equal(w[1], torch.zeros(5, dtype=dtype)) and torch.equal(out[1], torch.zeros(2, dtype=dtype))
+    additive = torch.zeros(3, 5, dtype=dtype).masked_fill(~mask, float("-inf"))
+    for ref in (F.scaled_dot_product_attention(q, k, v, attn_mask=mask),
+                F.scaled_dot_product_attention(q, k, v, attn_mask=additive)):
+        assert torch.equal(ref[1], torch.zeros(2, dtype=dtype))
+        torch.testing.assert_close(out, ref, atol=1e-6, rtol=1e-6)
 
 
 def test_sdpa_float32_works():

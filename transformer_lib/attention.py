@@ -106,7 +106,8 @@ def scaled_dot_product_attention(
 
     - ``mask``: bool, broadcastable to ``(…, n, m)``; True = the query may attend to the key.
       Masked weights are exactly 0. A query whose keys are all masked gets weights 0 and
-      output 0 (PyTorch's fused kernel would return nan there).
+      output 0, as in ``torch.nn.functional.scaled_dot_product_attention``; a plain softmax
+      over an all ``-inf`` row would give nan.
     - ``bias``: float (the dtype of q), broadcastable to ``(…, n, m)``, added to the scaled
       scores (ALiBi, or an additive ``-inf`` mask).
     - ``scale``: defaults to ``1/√d_k``, which keeps the scores at unit variance.
