@@ -208,6 +208,26 @@ def test_alibi_bias_matches_bloom_after_softmax(h):
                                atol=1e-6, rtol=1e-6)
 
 
+@pytest.mark.parametrize("h", [8, 6, 12, 5])
+@pytest.mark.parametrize("n,m", [(7, 7), (3, 7)])
+def test_alibi_bias_equals_bloom_minus_a_row_constant(h, n, m):
+    """Exactly ``alibi_bias[h, i, j] = bloom[h, 0, j] − slope_h · (i + m − n)``: for every j with
+    symmetric=False and on the causal entries j ≤ i + m − n by default. BLOOM computes its
+    slopes in float32, hence the float32 tolerance."""
+    from transformers.models.bloom.modeling_bloom import build_alibi_tensor
+
+    bloom = build_alibi_tensor(torch.ones(1, m, dtype=torch.long), h, torch.float64)  # (h, 1, m)
+    slopes = alibi_slopes(h, torch.float64)[:, None, None]
+    row = torch.arange(n, dtype=torch.float64)[None, :, None] + (m - n)               # (1, n, 1)
+    expected = bloom - slopes * row                                                    # (h, n, m)
+    causal = torch.ones(n, m, dtype=torch.bool).tril(diagonal=m - n)
+    linear = alibi_bias(n, h, m, symmetric=False, dtype=torch.float64)
+    torch.testing.assert_close(linear, expected, atol=1e-6, rtol=1e-6)
+    symmetric = alibi_bias(n, h, m, dtype=torch.float64)
+    torch.testing.assert_close(symmetric[:, causal], expected[:, causal], atol=1e-6, rtol=1e-6)
+    assert not torch.allclose(symmetric[:, ~causal], expected[:, ~causal])  # differs off the mask
+
+
 def test_alibi_bias_values_and_alignment():
     b = alibi_bias(3, 2, dtype=torch.float64)
     slopes = alibi_slopes(2, torch.float64)

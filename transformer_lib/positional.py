@@ -177,8 +177,12 @@ def alibi_bias(
       directions (the form used for bidirectional attention); on the entries a causal mask
       keeps (``δ ≥ 0``) it is exactly the causal ALiBi bias.
     - ``symmetric=False``: ``−slope_h · δ_ij``, linear in j; future keys get a positive bias
-      and must be masked. BLOOM adds ``slope_h · j``, which differs by the per-row constant
-      ``slope_h · (i + m − n)``, a shift softmax ignores.
+      and must be masked.
+
+    BLOOM's ``build_alibi_tensor`` is ``slope_h · j`` of shape ``(h, 1, m)``, the same for
+    every query. The two differ by a per-row constant, which softmax ignores:
+    ``alibi_bias(n, h, m)[h, i, j] == bloom[h, 0, j] − slope_h · (i + m − n)`` for every j
+    with ``symmetric=False`` and for the causal entries ``j ≤ i + m − n`` by default.
 
     Chapter 6.
     """
