@@ -41,6 +41,7 @@ class LayerNorm(nn.Module):
         self.bias = nn.Parameter(torch.zeros(d)) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
+        """Normalise each token's features: ``(…, d) -> (…, d)``. Chapter 3."""
         require_width("x", x, self.d)
         mu = x.mean(dim=-1, keepdim=True)
         var = ((x - mu) ** 2).mean(dim=-1, keepdim=True)  # biased: divide by d
@@ -62,6 +63,7 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(d))
 
     def forward(self, x: Tensor) -> Tensor:
+        """Rescale each token to unit root mean square: ``(…, d) -> (…, d)``. Chapter 3."""
         require_width("x", x, self.d)
         return x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + self.eps) * self.weight
 
@@ -91,6 +93,7 @@ class MLP(nn.Module):
             self.fc3 = nn.Linear(d_model, d_ff, bias=bias)
 
     def forward(self, x: Tensor) -> Tensor:
+        """The same two-layer network on every token: ``(…, d_model) -> (…, d_model)``. Chapter 3."""
         require_width("x", x, self.d_model)
         h = self.fc1(x)
         if self.activation == "relu":

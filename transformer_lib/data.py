@@ -167,7 +167,10 @@ def copy_task(
 def reverse_task(
     batch: int, n: int, vocab_size: int, generator: torch.Generator | None = None, *, seed: int | None = None
 ) -> tuple[Tensor, Tensor]:
-    """Reverse: read ``s``, a ``SEP``, then produce ``s`` backwards. Shapes as :func:`copy_task`. Chapter 7."""
+    """Reverse: read ``s``, a ``SEP``, then produce ``s`` backwards.
+
+    Returns (inputs, targets), each ``(batch, 2n)``, as :func:`copy_task`. Chapter 7.
+    """
     _check_task(batch, n, vocab_size)
     s = _random_tokens(batch, n, vocab_size, _generator(generator, seed))
     return _source_then_answer(s, s.flip(1))
@@ -176,7 +179,10 @@ def reverse_task(
 def sort_task(
     batch: int, n: int, vocab_size: int, generator: torch.Generator | None = None, *, seed: int | None = None
 ) -> tuple[Tensor, Tensor]:
-    """Sort: read ``s``, a ``SEP``, then produce ``s`` in ascending order. Shapes as :func:`copy_task`. Chapter 7."""
+    """Sort: read ``s``, a ``SEP``, then produce ``s`` in ascending order.
+
+    Returns (inputs, targets), each ``(batch, 2n)``, as :func:`copy_task`. Chapter 7.
+    """
     _check_task(batch, n, vocab_size)
     s = _random_tokens(batch, n, vocab_size, _generator(generator, seed))
     return _source_then_answer(s, s.sort(dim=1).values)
@@ -216,7 +222,10 @@ def induction_task(
 def task_batches(
     task: Callable[..., tuple[Tensor, Tensor]], batch: int, n: int, vocab_size: int, seed: int = 0, **kwargs
 ) -> Iterator[tuple[Tensor, Tensor]]:
-    """Endless stream of fresh batches of a task, all drawn from one generator seeded by ``seed``. Chapter 7."""
+    """Endless stream of fresh batches ``(inputs, targets)`` of a task, each as the task returns
+    them (``(batch, 2n)`` for the tasks here), all drawn from one generator seeded by ``seed``.
+    Chapter 7.
+    """
     gen = torch.Generator().manual_seed(seed)
     while True:
         yield task(batch, n, vocab_size, gen, **kwargs)
@@ -242,7 +251,8 @@ def text_batch(
 
 
 def unigram_loss(ids: Tensor, vocab_size: int | None = None) -> float:
-    """Cross-entropy (nats) of the best context-free predictor: the entropy of token frequencies.
+    """Cross-entropy (nats) of the best context-free predictor: the entropy of token frequencies,
+    ids ``(…) -> float``.
 
     A language model that ignores the context cannot beat this; ``ln(vocab_size)`` is the loss
     of a uniform guess. Chapter 7.

@@ -23,7 +23,8 @@ from matplotlib.figure import Figure
 from transformer_lib._checks import require_int
 
 __all__ = [
-    "BOOK_GREY", "BOOK_CMAP", "use_book_style", "attention_heatmap", "head_grid", "animation_html",
+    "BOOK_GREY", "BOOK_CMAP", "book_rcparams", "use_book_style", "attention_heatmap", "head_grid",
+    "animation_html",
 ]
 
 BOOK_GREY = "#808080"
