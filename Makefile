@@ -11,32 +11,36 @@ export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
 .PHONY: install book test serve bench clean
 
-install: $(STAMP)
+VENDOR := _assets/vendor/NOTICE.txt
+
+install: $(STAMP) $(VENDOR)
 
 # torch first, pinned to the CPU build, so that nothing later pulls a CUDA build.
-# Then the JavaScript assets the book serves itself: MathJax, RequireJS and the widget
-# manager, downloaded by Python from the npm registry at the versions and hashes pinned in
-# package-lock.json (Node.js is not needed).
-$(STAMP): requirements.txt pyproject.toml package.json package-lock.json scripts/vendor_assets.py
+$(STAMP): requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -r requirements.txt
 	$(BIN)/pip install --quiet --no-deps -e .
-	$(BIN)/python scripts/vendor_assets.py
 	touch $(STAMP)
 
-book: $(STAMP)
+# The JavaScript assets the book serves itself (offline reading): MathJax, RequireJS and
+# the widget manager, downloaded by Python from the npm registry at the versions and
+# sha512 hashes pinned in package-lock.json (Node.js is not needed).
+$(VENDOR): package.json package-lock.json scripts/vendor_assets.py | $(STAMP)
+	$(BIN)/python scripts/vendor_assets.py
+
+book: install
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
 	@echo "Book built: _build/html/index.html"
 
-test: $(STAMP)
+test: install
 	$(BIN)/python -m pytest
 
 serve: book
 	@echo "Serving http://localhost:$(PORT)/ (Ctrl-C to stop)"
 	$(BIN)/python -m http.server $(PORT) --bind 127.0.0.1 --directory _build/html
 
-bench: $(STAMP)
+bench: install
 	$(BIN)/python scripts/bench.py
 
 clean:
