@@ -117,6 +117,18 @@ MALFORMED = {
     "check cell without points": (_nb(_cell(GOOD_SOL, "sol", solution=True),
                                       _cell(GOOD_CHECK, "chk", grade=True)), ["cell 1", "'chk'", "points"]),
     "check cell with zero points": (_nb(_cell(GOOD_CHECK, "chk", grade=True, points=0)), ["cell 0", "points"]),
+    "misspelt hidden-tests marker": (_nb(_cell(GOOD_SOL, "sol", solution=True),
+                                         _cell("assert f(1)\n### BEGIN HIDDEN TEST\nassert f(2)\n### END HIDDEN TEST",
+                                               "chk", grade=True, points=1)),
+                                     ["cell 1", "'chk'", "unknown marker '### BEGIN HIDDEN TEST' on line 2"]),
+    "lower-case marker in code": (_nb(_cell("x = 1\n### begin solution", "sol", solution=True)),
+                                  ["cell 0", "unknown marker '### begin solution'"]),
+    "marker in an ordinary cell": (_nb(_cell("x = 1"), _cell("### END HIDDEN TESTZ")), ["cell 1", "unknown marker"]),
+    "hidden tests in a markdown grade cell": (_nb(_cell(GOOD_CHECK, "md", grade=True, points=1, kind="markdown")),
+                                              ["cell 0", "'md'", "outside a check cell"]),
+    "check cell importing the checks another way": (
+        _nb(_cell("import transformer_lib.grading.checks as checks\nchecks.check_score_std(f)", "chk",
+                  grade=True, points=1)), ["cell 0", "'chk'", "line 1", "only with the line"]),
 }
 
 
@@ -144,3 +156,17 @@ def test_a_well_formed_notebook_releases_with_stub_and_without_hidden_tests():
     assert student.cells[0].source == "def f(x):\n    # YOUR CODE HERE\n    raise NotImplementedError()"
     assert student.cells[1].source == "assert f(1) == 1"
     assert nb.cells[0].source == GOOD_SOL  # the instructor notebook is left alone
+
+
+def test_an_indented_hidden_region_leaves_pass_so_the_block_is_not_empty():
+    check = f"assert f(1) == 1\nif True:\n    {BEGIN_HIDDEN}\n    assert f(2) == 2\n    {END_HIDDEN}\nprint('done')"
+    nb = _nb(_cell(GOOD_SOL, "sol", solution=True), _cell(check, "chk", grade=True, points=1))
+    student = release(nb).cells[1].source
+    assert student == "assert f(1) == 1\nif True:\n    pass\nprint('done')"
+    compile(student, "check cell", "exec")
+
+
+def test_marker_like_headings_in_markdown_are_allowed():
+    text = _cell("### End-to-end example\n### Beginning with attention", "text", kind="markdown")
+    text.metadata["nbgrader"]["locked"] = True
+    release(_nb(text, _cell(GOOD_SOL, "sol", solution=True)))

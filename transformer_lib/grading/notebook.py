@@ -6,9 +6,10 @@ nbgrader does, in ``cell.metadata["nbgrader"]`` (``schema_version`` 3):
 - a *solution* cell (``solution: true``) holds code between ``### BEGIN SOLUTION`` and
   ``### END SOLUTION``; the student version replaces each region with
   ``# YOUR CODE HERE`` + ``raise NotImplementedError()``;
-- a *check* cell (``grade: true, locked: true`` with ``points``) calls a function of
-  :mod:`transformer_lib.grading.checks`; lines between ``### BEGIN HIDDEN TESTS`` and
-  ``### END HIDDEN TESTS`` are removed from the student version;
+- a *check* cell (``grade: true, locked: true`` with ``points``) imports the checks with
+  ``from transformer_lib.grading import checks`` (the grader swaps that line for a fresh copy)
+  and calls one of them; lines between ``### BEGIN HIDDEN TESTS`` and ``### END HIDDEN TESTS``
+  are removed from the student version (an indented region leaves a ``pass``);
 - a *locked* cell (``locked: true``) is read-only text or given code.
 
 :func:`release` turns an instructor notebook into the student notebook; it first calls
@@ -17,6 +18,7 @@ nbgrader does, in ``cell.metadata["nbgrader"]`` (``schema_version`` 3):
 from __future__ import annotations
 
 import copy
+import re
 from pathlib import Path
 
 import nbformat
@@ -25,6 +27,9 @@ from nbformat import NotebookNode
 SCHEMA_VERSION = 3
 BEGIN_SOLUTION, END_SOLUTION = "### BEGIN SOLUTION", "### END SOLUTION"
 BEGIN_HIDDEN, END_HIDDEN = "### BEGIN HIDDEN TESTS", "### END HIDDEN TESTS"
+MARKERS = (BEGIN_SOLUTION, END_SOLUTION, BEGIN_HIDDEN, END_HIDDEN)
+_MARKER_LIKE = r"#{2,}\s*(BEGIN|END)\b"  # a line that looks like a marker (in code cells, in any case)
+IMPORT_CHECKS = "from transformer_lib.grading import checks"
 CODE_STUB = ("# YOUR CODE HERE", "raise NotImplementedError()")
 MARKDOWN_STUB = "YOUR ANSWER HERE"
 CHECK_TAG = "raises-exception"
@@ -68,7 +73,24 @@ def check_cells(nb: NotebookNode) -> list[tuple[int, NotebookNode]]:
 
 
 def _marker(line: str, marker: str) -> bool:
-    return line.strip().startswith(marker)
+    return line.strip() == marker
+
+
+def _refuse_unknown_markers(cell: NotebookNode, where: str) -> None:
+    """A misspelt marker (``### BEGIN HIDDEN TEST``) would ship what it should hide: refuse it."""
+    flags = re.IGNORECASE if cell.get("cell_type") == "code" else 0
+    for i, line in enumerate(cell.get("source", "").splitlines()):
+        if re.match(_MARKER_LIKE, line.strip(), flags) and line.strip() not in MARKERS:
+            raise MarkerError(f"{where}: unknown marker {line.strip()!r} on line {i + 1} "
+                              f"(the markers are {', '.join(map(repr, MARKERS))})")
+
+
+def _refuse_other_imports(cell: NotebookNode, where: str) -> None:
+    """The grader gives each check cell a fresh copy of the checks by swapping one exact line."""
+    for i, line in enumerate(cell.get("source", "").splitlines()):
+        if "transformer_lib.grading" in line and line.strip() != IMPORT_CHECKS:
+            raise MarkerError(f"{where}: line {i + 1} imports from transformer_lib.grading; a check cell "
+                              f"imports the checks only with the line {IMPORT_CHECKS!r}")
 
 
 def regions(source: str, begin: str, end: str, where: str) -> list[tuple[int, int]]:
@@ -102,6 +124,7 @@ def validate(nb: NotebookNode) -> None:
     seen: dict[str, int] = {}
     for i, cell in enumerate(nb.cells):
         where, meta, src = describe(cell, i), nbgrader(cell), cell.get("source", "")
+        _refuse_unknown_markers(cell, where)
         if meta:
             gid = grade_id(cell)
             if gid is None:
@@ -121,10 +144,12 @@ def validate(nb: NotebookNode) -> None:
             points = meta.get("points")
             if isinstance(points, bool) or not isinstance(points, (int, float)) or points <= 0:
                 raise MarkerError(f"{where}: a check cell needs positive points, got {points!r}")
-            if cell.get("cell_type") == "code":
-                regions(src, BEGIN_HIDDEN, END_HIDDEN, where)
+        if is_check(cell):
+            regions(src, BEGIN_HIDDEN, END_HIDDEN, where)
+            _refuse_other_imports(cell, where)
         elif _has_marker(src, BEGIN_HIDDEN, END_HIDDEN):
-            raise MarkerError(f"{where}: hidden-test markers outside a check cell")
+            raise MarkerError(f"{where}: hidden-test markers outside a check cell (only a code cell with "
+                              "grade: true can hide tests)")
 
 
 def strip_solutions(source: str, cell_type: str = "code") -> str:
@@ -145,10 +170,16 @@ def strip_solutions(source: str, cell_type: str = "code") -> str:
 
 
 def strip_hidden(source: str) -> str:
-    """Remove the hidden-test regions (markers included) of a check cell."""
+    """Remove the hidden-test regions (markers included) of a check cell. An indented region
+    becomes ``pass``, so that the block it was in is never left empty."""
     lines = source.splitlines()
-    drop = {i for b, e in regions(source, BEGIN_HIDDEN, END_HIDDEN, "check cell") for i in range(b, e + 1)}
-    return "\n".join(l for i, l in enumerate(lines) if i not in drop).rstrip()
+    out, last = [], 0
+    for begin, end in regions(source, BEGIN_HIDDEN, END_HIDDEN, "check cell"):
+        out += lines[last:begin]
+        indent = lines[begin][: len(lines[begin]) - len(lines[begin].lstrip())]
+        out += [indent + "pass"] if indent else []
+        last = end + 1
+    return "\n".join(out + lines[last:]).rstrip()
 
 
 def hidden_lines(source: str) -> list[str]:
