@@ -28,11 +28,36 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
         "fixed mixing accepts smaller sets": ({"accepted_set_sizes": """
             return [size for size in sizes if size <= W.shape[0]]
             """}, {"check_accepted_set_sizes"}, "smaller sets"),
+        "embedding by indexing instead of one-hot": ({"embed_via_one_hot": """
+            return W_E[ids]
+            """}, {"check_embedding_lookup"}, "indexing (W_E[ids]), a row lookup"),
+        "embedding with F.embedding": ({"embed_via_one_hot": """
+            return F.embedding(ids, W_E)
+            """}, {"check_embedding_lookup"}, "torch's embedding, a row lookup"),
+        "Nadaraya-Watson from the course library": ({"nadaraya_watson": """
+            from transformer_lib.embedding import nadaraya_watson as library_nadaraya_watson
+            return library_nadaraya_watson(x_query, x_train, y_train, bandwidth)
+            """}, {"check_nadaraya_watson"}, "the course library (embedding.nadaraya_watson)"),
+        "fixed mixing question: any number of rows": ({"fixed_mixing_answer": """
+            answer_fixed_mixing = "a"
+            """}, {"check_fixed_mixing_answer"}, "inner dimensions"),
+        "fixed mixing question: the token width changes": ({"fixed_mixing_answer": """
+            answer_fixed_mixing = "c"
+            """}, {"check_fixed_mixing_answer"}, "what breaks is n"),
+        "fixed mixing question: padding fixes it": ({"fixed_mixing_answer": """
+            answer_fixed_mixing = "D"
+            """}, {"check_fixed_mixing_answer"}, "padding only moves the limit"),
+        "fixed mixing question: not a letter": ({"fixed_mixing_answer": """
+            answer_fixed_mixing = 2
+            """}, {"check_fixed_mixing_answer"}, "one of the letters"),
     },
     "02_building_up_attention": {
         "scores typed transposed (K Q^T)": ({"hand_scores": """
             S = torch.tensor([[5.0, 4.0, 7.0], [3.0, 2.0, 3.0], [6.0, 4.0, 6.0]])
-            """}, {"check_hand_scores"}, "transposed"),
+            """}, {"check_hand_scores"}, "S[0, 1] = 4, S[0, 2] = 7"),
+        "one score miscomputed by hand": ({"hand_scores": """
+            S = torch.tensor([[5.0, 3.0, 6.0], [4.0, 2.0, 4.0], [7.0, 3.0, 5.0]])
+            """}, {"check_hand_scores"}, "wrong entries (1 of 9), your values: S[2, 2] = 5"),
         "hand weights without 1/sqrt(d_k)": ({"hand_weights": """
             A = torch.softmax(S.double(), dim=-1)
             Z = A @ V.double()
@@ -49,6 +74,14 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
         "softmax via torch.softmax": ({"stable_softmax": """
             return torch.softmax(x, dim=dim)
             """}, {"check_stable_softmax"}, "from scratch"),
+        "softmax via torch.softmax, torch function modes switched off": ({"stable_softmax": """
+            with torch._C.DisableTorchFunction():
+                return torch.softmax(x, dim)
+            """}, {"check_stable_softmax"}, "from scratch"),
+        "softmax from the course library": ({"stable_softmax": """
+            from transformer_lib.attention import softmax as library_softmax
+            return library_softmax(x, dim)
+            """}, {"check_stable_softmax"}, "the course library (attention.softmax)"),
         "attention missing 1/sqrt(d_k)": ({"attention": """
             scores = Q @ K.transpose(-2, -1)
             if mask is not None:
@@ -56,6 +89,10 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             weights = torch.softmax(scores, dim=-1)
             return weights @ V, weights
             """}, {"check_attention", "check_masked_attention"}, "√d_k"),
+        "attention from the course library": ({"attention": """
+            from transformer_lib import attention as library
+            return library.scaled_dot_product_attention(Q, K, V, mask=mask)
+            """}, {"check_attention", "check_masked_attention"}, "the course library"),
         "attention mask applied after the softmax": ({"attention": """
             scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
             weights = torch.softmax(scores, dim=-1)

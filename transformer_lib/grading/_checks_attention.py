@@ -1,6 +1,7 @@
 """Checks for the chapter 2 exercises written as functions: softmax, attention, √d_k.
 
-Imported into :mod:`transformer_lib.grading.checks`, which is where notebooks call them.
+Imported into :mod:`transformer_lib.grading.checks`, which is where notebooks call them. Each
+check computes its reference inside the function: no helper here computes an answer.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import torch
 import torch.nn.functional as F
 
 from ._checktools import (_ATTENTIONS, _SOFTMAXES, as_array, call, check_finite, check_shape, close,
-                          fail, forbid, ok, record, unpack_pair)
+                          fail, ok, record, unpack_pair)
 
 
 def _seeded(seed: int, *shape: int, scale: float = 1.0) -> torch.Tensor:
@@ -24,8 +25,7 @@ def check_stable_softmax(fn: Callable, x: torch.Tensor | None = None, dim: int =
     x = torch.tensor([[1.0, 2.0, 3.0], [1000.0, 999.0, -5.0]]) if x is None else x
     atol, rtol = 1e-6, 1e-5
     expected = torch.softmax(x.double(), dim=dim).numpy()
-    with forbid(_SOFTMAXES, "stable_softmax"):
-        out = call(fn, x.clone(), dim=dim, what="stable_softmax(x, dim)")
+    out = call(fn, x.clone(), dim=dim, what="stable_softmax(x, dim)", banned=_SOFTMAXES)
     got = as_array(out, "stable_softmax(x)")
     record("stable_softmax", {"out": got}, atol=atol, rtol=rtol)
     check_shape(got, expected.shape, "stable_softmax(x)", "softmax keeps the shape of its input")
@@ -44,25 +44,16 @@ def check_stable_softmax(fn: Callable, x: torch.Tensor | None = None, dim: int =
        f"largest |entry| {float(x.abs().max()):g} (rtol {rtol})")
 
 
-def _weights(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, scale: float,
-             dim: int = -1) -> torch.Tensor:
-    scores = q @ k.transpose(-2, -1) * scale
-    if mask is not None:
-        scores = scores.masked_fill(~mask, float("-inf"))
-    return torch.softmax(scores, dim=dim)
-
-
 def _run_attention(fn: Callable, q, k, v, mask, what: str) -> tuple[np.ndarray, np.ndarray]:
     kwargs = {} if mask is None else {"mask": mask.clone()}
-    with forbid(_ATTENTIONS, "attention"):
-        result = call(fn, q.clone(), k.clone(), v.clone(), what=what, **kwargs)
+    result = call(fn, q.clone(), k.clone(), v.clone(), what=what, banned=_ATTENTIONS, **kwargs)
     z, a = unpack_pair(result, "attention", ("Z", "A"))
     return as_array(z, "Z"), as_array(a, "A")
 
 
-def _diagnose_weights(a: np.ndarray, q, k, mask, expected: np.ndarray, atol: float) -> None:
+def _diagnose_weights(a: np.ndarray, mask, expected: np.ndarray, unmasked: np.ndarray,
+                      variants: dict[str, np.ndarray], atol: float) -> None:
     """Raise with the misconception that explains a wrong A, if one does."""
-    d_k, scale = q.shape[-1], 1 / math.sqrt(q.shape[-1])
     if a.shape == expected.shape and close(a, np.swapaxes(expected, -1, -2), atol, atol) \
             and not close(a, expected, atol, atol):
         fail("A looks transposed: A[i, j] is how much query i attends to key j, so compute "
@@ -70,7 +61,6 @@ def _diagnose_weights(a: np.ndarray, q, k, mask, expected: np.ndarray, atol: flo
     check_shape(a, expected.shape, "A", "one row per query, one column per key: (…, n, m)")
     if mask is not None:
         allowed = mask.expand(expected.shape).numpy()
-        unmasked = _weights(q, k, None, scale).numpy()
         if np.allclose(np.where(allowed, a, 0.0), np.where(allowed, unmasked, 0.0), atol=atol) \
                 and not close(a, expected, atol, atol):
             sums = a.sum(axis=-1)
@@ -81,27 +71,31 @@ def _diagnose_weights(a: np.ndarray, q, k, mask, expected: np.ndarray, atol: flo
             fail("weights at masked positions must be exactly 0: set the scores to −inf where the mask "
                  "is False before the softmax (True = may attend, PyTorch's convention)", expected, a)
     check_finite(a, "A", "exp overflows unless the softmax subtracts the row maximum")
-    variants = {
-        f"did you forget to divide the scores by √d_k = √{d_k}?": _weights(q, k, mask, 1.0),
-        f"divide the scores by √d_k = {math.sqrt(d_k):g}, not by d_k = {d_k}": _weights(q, k, mask, 1 / d_k),
-        "rows of A do not sum to 1 — did you take the softmax over the wrong axis (dim=-2)? It runs over "
-        "the keys (dim=-1)": _weights(q, k, mask, scale, dim=-2),
-    }
     for hint, variant in variants.items():
-        if close(a, variant.numpy(), atol, atol):
+        if close(a, variant, atol, atol):
             fail(hint, expected, a)
     if not close(a, expected, atol, atol):
         fail(f"A differs from softmax(Q Kᵀ/√d_k) (atol {atol})", expected, a)
 
 
 def _check_attention(fn: Callable, q, k, v, mask, label: str) -> None:
-    atol = 1e-6
-    scale = 1 / math.sqrt(q.shape[-1])
-    a_ref = _weights(q, k, mask, scale).numpy()
+    atol, d_k = 1e-6, q.shape[-1]
+
+    def weights(scale: float, dim: int = -1, masked: bool = True) -> np.ndarray:
+        scores = q @ k.transpose(-2, -1) * scale
+        if masked and mask is not None:
+            scores = scores.masked_fill(~mask, float("-inf"))
+        return torch.softmax(scores, dim=dim).numpy()
+
+    a_ref = weights(1 / math.sqrt(d_k))
     z_ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).numpy()
     z, a = _run_attention(fn, q, k, v, mask, "attention(Q, K, V" + (", mask)" if mask is not None else ")"))
     record(label, {"Z": z, "A": a}, atol=atol, rtol=atol)
-    _diagnose_weights(a, q, k, mask, a_ref, atol)
+    _diagnose_weights(a, mask, a_ref, weights(1 / math.sqrt(d_k), masked=False), {
+        f"did you forget to divide the scores by √d_k = √{d_k}?": weights(1.0),
+        f"divide the scores by √d_k = {math.sqrt(d_k):g}, not by d_k = {d_k}": weights(1 / d_k),
+        "rows of A do not sum to 1 — did you take the softmax over the wrong axis (dim=-2)? It runs over "
+        "the keys (dim=-1)": weights(1 / math.sqrt(d_k), dim=-2)}, atol)
     square = a_ref.shape[-1] == a_ref.shape[-2]
     if square and z.shape == z_ref.shape and close(z, np.swapaxes(a_ref, -1, -2) @ v.numpy(), atol, atol) \
             and not close(z, z_ref, atol, atol):
@@ -137,12 +131,7 @@ def check_masked_attention(fn: Callable, q: torch.Tensor | None = None, k: torch
 # ------------------------------------------------- the d_k = 256 questions (q, k with iid N(0, 1))
 
 _E_Q, _E_Q2 = 0.0, 1.0  # mean and second moment of each entry of q (and of k): N(0, 1)
-
-
-def _score_variance(d_k: int, divisor: float = 1.0) -> float:
-    """Var(qᵀk / divisor): d_k independent terms q_i k_i, each of variance E[q²]E[k²] − (E[q]E[k])²."""
-    term = _E_Q2 * _E_Q2 - (_E_Q * _E_Q) ** 2
-    return d_k * term / divisor**2
+_TERM = _E_Q2 * _E_Q2 - (_E_Q * _E_Q) ** 2  # Var(q_i k_i); qᵀk sums d_k independent such terms
 
 
 def _number(fn: Callable, d_k: int, what: str) -> np.ndarray:
@@ -167,9 +156,8 @@ def _check_numbers(fn: Callable, d_ks: list[int], what: str, reference: Callable
 def check_score_std(fn: Callable, d_ks: list[int] | None = None) -> None:
     """``fn(d_k)`` = standard deviation of the raw score qᵀk (16 for d_k = 256). Chapter 2."""
     d_ks = [256] if d_ks is None else d_ks
-    _check_numbers(fn, d_ks, "score_std", lambda d: math.sqrt(_score_variance(d)), {
-        "that is the variance Var(qᵀk) = d_k; the standard deviation is its square root":
-            _score_variance,
+    _check_numbers(fn, d_ks, "score_std", lambda d: math.sqrt(d * _TERM), {
+        "that is the variance Var(qᵀk) = d_k; the standard deviation is its square root": lambda d: d * _TERM,
         "that is the standard deviation after dividing by √d_k; the question is about the raw qᵀk":
             lambda d: 1.0})
     ok(f"score_std: the raw score qᵀk has standard deviation √d_k for d_k in {d_ks}")
@@ -180,23 +168,23 @@ def check_score_range(fn: Callable, d_ks: list[int] | None = None) -> None:
     d_ks = [256] if d_ks is None else d_ks
 
     def two_sigma(d: int, k: float = 2.0) -> tuple[float, float]:
-        return (-k * math.sqrt(_score_variance(d)), k * math.sqrt(_score_variance(d)))
+        return (-k * math.sqrt(d * _TERM), k * math.sqrt(d * _TERM))
 
     _check_numbers(fn, d_ks, "score_range", two_sigma, {
         "that is ±1 standard deviation (about 68% of scores); the question asks for ±2 (about 95%)":
             lambda d: two_sigma(d, 1.0),
         "the range uses the standard deviation √d_k, not the variance d_k":
-            lambda d: (-2.0 * _score_variance(d), 2.0 * _score_variance(d))})
+            lambda d: (-2.0 * d * _TERM, 2.0 * d * _TERM)})
     ok(f"score_range: about 95% of raw scores lie within ±2√d_k for d_k in {d_ks}")
 
 
 def check_variance_divided_by_dk(fn: Callable, d_ks: list[int] | None = None) -> None:
     """``fn(d_k)`` = Var(qᵀk / d_k) = 1/d_k (1/256 for d_k = 256). Chapter 2."""
     d_ks = [256] if d_ks is None else d_ks
-    _check_numbers(fn, d_ks, "variance_divided_by_dk", lambda d: _score_variance(d, divisor=d), {
+    _check_numbers(fn, d_ks, "variance_divided_by_dk", lambda d: d * _TERM / d**2, {
         "that is the variance after dividing by √d_k; dividing by d_k divides the variance by d_k²":
-            lambda d: _score_variance(d, divisor=math.sqrt(d)),
+            lambda d: d * _TERM / d,
         "Var(c·X) = c²·Var(X): with c = 1/d_k the variance is d_k/d_k² = 1/d_k":
-            lambda d: _score_variance(d) / d**3})
+            lambda d: d * _TERM / d**3})
     ok(f"variance_divided_by_dk: dividing by d_k leaves variance 1/d_k (nearly uniform attention), "
        f"d_k in {d_ks}")

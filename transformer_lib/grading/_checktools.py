@@ -1,15 +1,18 @@
-"""Helpers shared by the check functions: conversion, comparison, messages, records.
+"""Helpers shared by the check functions: conversion, comparison, messages, records, bans.
 
 A check converts the student's result with :func:`as_array` (float64 NumPy), records it with
 :func:`record` (a plain ``.npz`` file, only when the grader asks for it through the
 ``TRANSFORMER_LIB_GRADING_RECORD_DIR`` environment variable), compares it with a reference
-using explicit tolerances, and on failure raises ``AssertionError`` through :func:`fail`,
-naming the likely misconception and showing expected vs actual.
+using explicit tolerances, and on failure raises :class:`CheckFailed` (an ``AssertionError``)
+through :func:`fail`, naming the likely misconception and showing expected vs actual. The
+student's function is run through :func:`call`, which switches off the course library and
+the torch functions an exercise asks the student to write.
 """
 from __future__ import annotations
 
 import contextlib
 import os
+import sys
 from pathlib import Path
 from typing import Any, Iterator
 
@@ -18,21 +21,50 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 RECORD_ENV = "TRANSFORMER_LIB_GRADING_RECORD_DIR"
+TOKEN_ENV = "TRANSFORMER_LIB_GRADING_TOKEN"  # set by the grader for each kernel it starts
 _MAX_SHOWN = 400  # characters of an array shown in a message
 MAX_RECORDED = 100_000  # numbers recorded per check call
 
 
+def failure_name(token: str) -> str:
+    """The class name of the checks' own failures in a kernel whose grading token is ``token``.
+
+    The grader shows a student the message of an exception only if its class has this name;
+    anything else a cell raises (an AssertionError of the student's code too) is reported by
+    its type alone, so that no message the student's code makes up reaches the feedback.
+    """
+    return f"AssertionError_{token}" if token else "AssertionError"
+
+
+class CheckFailed(AssertionError):
+    """A failure found by a check itself. Outside grading it shows as a plain AssertionError."""
+
+
+CheckFailed.__name__ = CheckFailed.__qualname__ = failure_name(os.environ.get(TOKEN_ENV, ""))
+
+
+def typename(value: Any) -> str:
+    """The type of ``value`` for a message; a class the notebook defined is not named (its name
+    could carry any text)."""
+    if value is None:
+        return "None (did you forget to return the result?)"
+    kind = type(value)
+    module = str(getattr(kind, "__module__", ""))
+    known = module.split(".")[0] in {"builtins", "numpy", "torch"} and \
+        getattr(sys.modules.get(module), kind.__name__, None) is kind
+    return kind.__name__ if known else "an object"
+
+
 def as_array(value: Any, what: str) -> np.ndarray:
-    """The student's value as a float64 array; AssertionError naming ``what`` if impossible."""
+    """The student's value as a float64 array; CheckFailed naming ``what`` if impossible."""
     if isinstance(value, torch.Tensor):
         if value.is_complex():
-            raise AssertionError(f"{what}: expected a real tensor, got dtype {value.dtype}")
+            raise CheckFailed(f"{what}: expected a real tensor, got dtype {value.dtype}")
         return value.detach().cpu().to(torch.float64).numpy()
     try:
         arr = np.asarray(value, dtype=np.float64)
     except (TypeError, ValueError):
-        raise AssertionError(f"{what}: expected a tensor (or numbers), got "
-                             f"{type(value).__name__}") from None
+        raise CheckFailed(f"{what}: expected a tensor (or numbers), got {typename(value)}") from None
     return arr
 
 
@@ -44,8 +76,8 @@ def show(a: Any) -> str:
 
 
 def fail(misconception: str, expected: Any, actual: Any) -> None:
-    """Raise AssertionError: the misconception, then expected vs actual."""
-    raise AssertionError(f"{misconception}\n  expected: {show(expected)}\n  got:      {show(actual)}")
+    """Raise CheckFailed: the misconception, then expected vs actual."""
+    raise CheckFailed(f"{misconception}\n  expected: {show(expected)}\n  got:      {show(actual)}")
 
 
 def close(actual: np.ndarray, expected: np.ndarray, atol: float, rtol: float) -> bool:
@@ -55,17 +87,17 @@ def close(actual: np.ndarray, expected: np.ndarray, atol: float, rtol: float) ->
 
 
 def check_shape(actual: np.ndarray, shape: tuple[int, ...], what: str, hint: str = "") -> None:
-    """AssertionError if ``actual`` does not have ``shape``."""
+    """CheckFailed if ``actual`` does not have ``shape``."""
     if actual.shape != tuple(shape):
-        raise AssertionError(f"{what} has the wrong shape{': ' + hint if hint else ''}\n"
+        raise CheckFailed(f"{what} has the wrong shape{': ' + hint if hint else ''}\n"
                              f"  expected shape: {tuple(shape)}\n  got shape:      {actual.shape}")
 
 
 def check_finite(actual: np.ndarray, what: str, hint: str) -> None:
-    """AssertionError if ``actual`` holds nan or inf."""
+    """CheckFailed if ``actual`` holds nan or inf."""
     if not np.all(np.isfinite(actual)):
         bad = int(np.size(actual) - np.isfinite(actual).sum())
-        raise AssertionError(f"{what} contains {bad} nan/inf value(s): {hint}\n  got: {show(actual)}")
+        raise CheckFailed(f"{what} contains {bad} nan/inf value(s): {hint}\n  got: {show(actual)}")
 
 
 def record(name: str, arrays: dict[str, Any], atol: float = 0.0, rtol: float = 0.0) -> None:
@@ -89,39 +121,86 @@ def record(name: str, arrays: dict[str, Any], atol: float = 0.0, rtol: float = 0
 
 _SOFTMAXES = ("softmax",)  # also log_softmax, nn.Softmax, torch.special.softmax, Tensor.softmax
 _ATTENTIONS = ("scaled_dot_product_attention",)
+_LOOKUPS = {"embedding", "embedding_bag", "index_select", "gather", "take", "take_along_dim"}
+_LIBRARY = f"{os.sep}transformer_lib{os.sep}"  # the course library's files (the grading package excepted)
+_GRADING = f"{_LIBRARY}grading{os.sep}"
 
 
-class _Forbid(TorchFunctionMode):
-    """Refuse every torch function whose name contains one of ``fragments``, however it is reached."""
+def _looks_up_values(name: str, args: tuple) -> bool:
+    """True for a row lookup (``W_E[ids]``, ``F.embedding``, ``index_select``, ``gather``, …) into a
+    table that is not one-hot: indexing ``torch.eye(C)`` to build one-hot rows is fine."""
+    if name == "__getitem__" and len(args) == 2:
+        parts = args[1] if isinstance(args[1], tuple) else (args[1],)
+        if not any(isinstance(p, (int, list)) or (isinstance(p, torch.Tensor) and not p.is_floating_point())
+                   for p in parts):
+            return False
+        args = args[:1]
+    elif name not in _LOOKUPS:
+        return False
+    return any(isinstance(t, torch.Tensor) and t.is_floating_point() and bool(((t != 0) & (t != 1)).any())
+               for t in args)
 
-    def __init__(self, fragments: tuple[str, ...], exercise: str) -> None:
+
+class _Watch(TorchFunctionMode):
+    """Note the banned torch functions and (optionally) the row lookups a student's function uses."""
+
+    def __init__(self, banned: tuple[str, ...], lookups: bool, used: list[str]) -> None:
         super().__init__()
-        self.fragments, self.exercise = fragments, exercise
+        self.banned, self.lookups, self.used = banned, lookups, used
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         name = getattr(func, "__name__", "")
-        if any(fragment in name for fragment in self.fragments):
-            raise AssertionError(f"{self.exercise} asks you to write this from scratch (exp, sum, amax, "
-                                 f"matmul): torch's {name} is switched off during this check")
+        if any(fragment in name for fragment in self.banned):
+            self.used.append(f"torch's {name}, which this exercise asks you to write from scratch (exp, sum, "
+                             "amax, matmul): it is switched off during this check")
+        elif self.lookups and _looks_up_values(name, args):
+            how = "indexing (W_E[ids])" if name == "__getitem__" else f"torch's {name}"
+            self.used.append(f"{how}, a row lookup: compute one_hot(ids) @ W_E instead, a matrix product "
+                             "(the point is that it equals the lookup)")
         return func(*args, **(kwargs or {}))
 
 
 @contextlib.contextmanager
-def forbid(fragments: tuple[str, ...], exercise: str) -> Iterator[None]:
-    """Switch off the library functions an exercise asks the student to write, while it runs."""
-    with _Forbid(fragments, exercise):
-        yield
+def _watch_calls(banned: tuple[str, ...], used: list[str]) -> Iterator[None]:
+    """Note every call into the course library, and every direct call of a ``banned`` torch function
+    (even with torch's function modes switched off), while the block runs."""
+    def library(frame) -> bool:  # noqa: ANN001
+        path = frame.f_code.co_filename if frame is not None else ""
+        return _LIBRARY in path and _GRADING not in path
 
-
-def call(fn: Any, *args: Any, what: str, **kwargs: Any) -> Any:
-    """Call the student's function; a NotImplementedError becomes a clear AssertionError."""
-    if not callable(fn):
-        raise AssertionError(f"{what}: expected a function, got {type(fn).__name__}")
+    def hook(frame, event, arg):  # noqa: ANN001, ANN202
+        if event == "call" and library(frame) and not library(frame.f_back) and frame.f_code.co_name != "<module>":
+            path = frame.f_code.co_filename  # a call into the library from outside it (importing it is fine)
+            used.append(f"the course library ({os.path.basename(path)[:-3]}.{frame.f_code.co_name}); write "
+                        "it from torch operations: the library is switched off while the checks run")
+        elif event == "c_call" and any(fragment in getattr(arg, "__name__", "") for fragment in banned):
+            used.append(f"torch's {arg.__name__}, which this exercise asks you to write from scratch")
+    previous = sys.getprofile()
+    sys.setprofile(hook)
     try:
-        return fn(*args, **kwargs)
+        yield
+    finally:
+        if sys.getprofile() is not hook:
+            used.append("sys.setprofile, which switched off the check's watch on library calls")
+        sys.setprofile(previous)
+
+
+def call(fn: Any, *args: Any, what: str, banned: tuple[str, ...] = (), lookups: bool = False,
+         **kwargs: Any) -> Any:
+    """Call the student's function with the course library, the ``banned`` torch functions and
+    (with ``lookups``) row lookups switched off; a NotImplementedError becomes a clear failure."""
+    if not callable(fn):
+        raise CheckFailed(f"{what}: expected a function, got {typename(fn)}")
+    used: list[str] = []
+    try:
+        with _Watch(banned, lookups, used), _watch_calls(banned, used):
+            result = fn(*args, **kwargs)
     except NotImplementedError:
-        raise AssertionError(f"{what} is not implemented yet: replace `raise NotImplementedError()` "
-                             "with your code") from None
+        raise CheckFailed(f"{what} is not implemented yet: replace `raise NotImplementedError()` "
+                          "with your code") from None
+    if used:
+        raise CheckFailed(f"{what} uses {used[0]}")
+    return result
 
 
 def ok(message: str) -> None:
@@ -130,8 +209,7 @@ def ok(message: str) -> None:
 
 
 def unpack_pair(result: Any, what: str, names: tuple[str, str]) -> tuple[Any, Any]:
-    """Split a ``(first, second)`` result; AssertionError if it is not a pair."""
+    """Split a ``(first, second)`` result; CheckFailed if it is not a pair."""
     if not isinstance(result, (tuple, list)) or len(result) != 2:
-        raise AssertionError(f"{what} must return a pair ({names[0]}, {names[1]}), "
-                             f"got {type(result).__name__}")
+        raise CheckFailed(f"{what} must return a pair ({names[0]}, {names[1]}), got {typename(result)}")
     return result[0], result[1]

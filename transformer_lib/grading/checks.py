@@ -1,10 +1,13 @@
 """Checks called by the exercise notebooks (chapters 1 and 2).
 
 Each ``check_*`` function runs the student's function (or takes the student's values),
-computes its own reference from first principles or from ``torch``, compares with explicit
-tolerances and, on failure, raises ``AssertionError`` naming the likely misconception with
-expected vs actual. On success it prints one ``✓`` line. Called with no inputs it uses the
-visible example; the hidden tests of the instructor notebooks pass other inputs.
+computes its own reference, inside the function, from first principles or from ``torch``,
+compares with explicit tolerances and, on failure, raises an ``AssertionError``
+(:class:`~transformer_lib.grading._checktools.CheckFailed`) naming the likely misconception.
+Checks on inputs the student may not know show expected vs actual; checks of answers worked out
+by hand name the wrong entries and the student's values, not the expected ones. On success a
+check prints one ``✓`` line. Called with no inputs it uses the visible example; the hidden tests
+of the instructor notebooks pass other inputs.
 """
 from __future__ import annotations
 
@@ -16,10 +19,11 @@ import torch
 
 from ._checks_attention import (check_attention, check_masked_attention, check_score_range,
                                 check_score_std, check_stable_softmax, check_variance_divided_by_dk)
-from ._checktools import as_array, call, check_finite, check_shape, close, fail, ok, record, unpack_pair
+from ._checktools import (CheckFailed, as_array, call, check_finite, check_shape, close, fail, ok, record,
+                          typename, unpack_pair)
 
 __all__ = ["check_embedding_lookup", "check_nadaraya_watson", "check_accepted_set_sizes",
-           "check_hand_qkv", "check_hand_scores", "check_hand_weights", "check_stable_softmax",
+           "check_fixed_mixing_answer", "check_hand_qkv", "check_hand_scores", "check_hand_weights", "check_stable_softmax",
            "check_attention", "check_masked_attention", "check_score_std", "check_score_range",
            "check_variance_divided_by_dk"]
 
@@ -32,11 +36,14 @@ def _seeded(seed: int, *shape: int, scale: float = 1.0) -> torch.Tensor:
 
 def check_embedding_lookup(fn: Callable, ids: torch.Tensor | None = None,
                            W_E: torch.Tensor | None = None) -> None:
-    """``fn(ids (…,), W_E (C, d)) -> (…, d)`` must equal the row lookup ``W_E[ids]`` exactly. Chapter 1."""
+    """``fn(ids (…,), W_E (C, d)) -> (…, d)`` must equal the row lookup ``W_E[ids]`` exactly,
+    computed as a matrix product: row lookups (indexing, ``F.embedding``, ``index_select``,
+    ``gather``) are switched off while ``fn`` runs. Chapter 1."""
     ids = torch.tensor([2, 0, 4, 2]) if ids is None else ids
     W_E = _seeded(0, 5, 3).float() if W_E is None else W_E
     expected = W_E[ids].double().numpy()
-    got = as_array(call(fn, ids.clone(), W_E.clone(), what="embed_via_one_hot(ids, W_E)"), "the embeddings")
+    got = as_array(call(fn, ids.clone(), W_E.clone(), what="embed_via_one_hot(ids, W_E)", lookups=True),
+                   "the embeddings")
     record("embedding", {"out": got})
     if got.ndim == 2 and got.shape == expected.shape[::-1] and close(got.T, expected, 0, 0):
         fail("the result is transposed: tokens are rows, so the embeddings are one_hot(ids) @ W_E "
@@ -46,12 +53,6 @@ def check_embedding_lookup(fn: Callable, ids: torch.Tensor | None = None,
         fail("row t of one_hot(ids) @ W_E must be exactly row ids[t] of W_E "
              "(a one-hot vector selects one row of W_E)", expected, got)
     ok(f"one_hot(ids) @ W_E equals the row lookup W_E[ids] exactly, shape {tuple(expected.shape)}")
-
-
-def _nw_reference(xq: torch.Tensor, xt: torch.Tensor, yt: torch.Tensor, h: float, two: float = 2.0):
-    kernel = torch.exp(-(xq[:, None] - xt[None, :]) ** 2 / (two * h**2))
-    weights = kernel / kernel.sum(dim=1, keepdim=True)
-    return (weights @ yt).numpy(), weights.numpy(), kernel.numpy()
 
 
 def check_nadaraya_watson(fn: Callable, x_query: torch.Tensor | None = None,
@@ -64,7 +65,12 @@ def check_nadaraya_watson(fn: Callable, x_query: torch.Tensor | None = None,
     x_train = torch.linspace(0, 1, 6, dtype=torch.float64) if x_train is None else x_train
     y_train = torch.sin(2 * math.pi * x_train) if y_train is None else y_train
     x_query = torch.tensor([0.1, 0.45, 0.9], dtype=torch.float64) if x_query is None else x_query
-    pred_ref, w_ref, kernel = _nw_reference(x_query, x_train, y_train, bandwidth)
+
+    def kernel(two: float = 2.0) -> torch.Tensor:
+        return torch.exp(-(x_query[:, None] - x_train[None, :]) ** 2 / (two * bandwidth**2))
+
+    w_ref = (kernel() / kernel().sum(dim=1, keepdim=True)).numpy()
+    pred_ref = w_ref @ y_train.numpy()
     result = call(fn, x_query.clone(), x_train.clone(), y_train.clone(), bandwidth,
                   what="nadaraya_watson(x_query, x_train, y_train, bandwidth)")
     pred, weights = unpack_pair(result, "nadaraya_watson", ("pred", "weights"))
@@ -78,14 +84,15 @@ def check_nadaraya_watson(fn: Callable, x_query: torch.Tensor | None = None,
     sums = weights.sum(axis=1)
     if not np.allclose(sums, 1.0, atol=1e-6):
         hint = ("weights are not normalised: did you forget to divide K(x, x_i) by Σ_j K(x, x_j)?"
-                if close(weights, kernel, 1e-6, 1e-6) else "the weights of each query must sum to 1")
+                if close(weights, kernel().numpy(), 1e-6, 1e-6) else "the weights of each query must sum to 1")
         fail(f"rows of weights do not sum to 1 — {hint} (row sums shown)", np.ones_like(sums), sums)
     if np.any(weights < 0):
         fail("kernel weights are never negative: K(x, x_i) = exp(−(x − x_i)²/(2h²)) > 0", w_ref, weights)
     if not close(weights, w_ref, 1e-6, 1e-6):
-        wide = _nw_reference(x_query, x_train, y_train, bandwidth, two=1.0)[1]
+        wide = kernel(two=1.0)
         hint = ("the kernel width is off: use exp(−(x − x_i)²/(2h²)), with the 2 in the denominator"
-                if close(weights, wide, 1e-6, 1e-6) else "weights differ from the Gaussian-kernel weights")
+                if close(weights, (wide / wide.sum(dim=1, keepdim=True)).numpy(), 1e-6, 1e-6)
+                else "weights differ from the Gaussian-kernel weights")
         fail(hint, w_ref, weights)
     check_shape(pred, pred_ref.shape, "pred", "one prediction per query")
     if not close(pred, pred_ref, 1e-6, 1e-6):
@@ -111,11 +118,14 @@ def check_accepted_set_sizes(fn: Callable, W: torch.Tensor | None = None,
     result = call(fn, W.clone(), list(sizes), what="accepted_set_sizes(W, sizes)")
     try:
         got = sorted(int(s) for s in result)
-    except (TypeError, ValueError):
-        raise AssertionError(f"accepted_set_sizes must return a list of ints, got {result!r}") from None
-    record("accepted_set_sizes", {"sizes": np.array(got, dtype=np.float64)})
+    except (TypeError, ValueError, OverflowError):
+        raise CheckFailed(f"accepted_set_sizes must return a list of ints, got {typename(result)}") from None
+    record("accepted_set_sizes", {"sizes": np.array(got[:100], dtype=np.float64)})
     n = W.shape[0]
     if got != expected:
+        if not set(got) <= set(sizes):
+            raise CheckFailed(f"accepted_set_sizes must return some of the candidate sizes {list(sizes)}, "
+                              "and only those")
         if got == [s for s in sizes if s <= n]:
             hint = ("smaller sets do not fit either: W @ X needs X to have exactly n rows, "
                     "and the layer has no padding")
@@ -123,74 +133,96 @@ def check_accepted_set_sizes(fn: Callable, W: torch.Tensor | None = None,
             hint = "W has one row and one column per position, so its shape is tied to n"
         else:
             hint = f"a fixed mixing matrix of shape {tuple(W.shape)} accepts sets of exactly n = {n} elements"
-        raise AssertionError(f"{hint}\n  expected: {expected}\n  got:      {got}")
+        raise CheckFailed(f"{hint}\n  expected: {expected}\n  got:      {got}")
     ok(f"a fixed {n}×{n} mixing matrix accepts only sets of size {n} among {list(sizes)}")
+
+
+def check_fixed_mixing_answer(answer: Any) -> None:
+    """Exercise 1.4's multiple-choice answer, ``"a"`` to ``"d"``: what a fixed mixing layer trained
+    on 10 tokens does with 12. A wrong option gets the misconception behind it. Chapter 1."""
+    options = {
+        "a": "W X is not defined for 12 tokens: W has one column per position, so X must have exactly "
+             "n = 10 rows (the inner dimensions of the product must agree)",
+        "b": None,
+        "c": "the width d of a token vector does not change with the sentence length; what breaks is n, "
+             "the number of rows of X, which W (n × n) fixes",
+        "d": "padding only moves the limit (a 13-token sentence fails again), and the padded W still mixes "
+             "by absolute position, with weights that do not depend on the tokens",
+    }
+    choice = answer.strip().lower() if isinstance(answer, str) else ""
+    record("fixed_mixing_answer", {"choice": np.array([ord(choice) if choice in options else 0.0])})
+    if choice not in options:
+        raise CheckFailed('answer_fixed_mixing must be one of the letters "a", "b", "c" or "d", '
+                          f"as a string (got {typename(answer)})")
+    if options[choice]:
+        raise CheckFailed(f"({choice}) is not right: {options[choice]}")
+    ok("(b): Y = W X needs exactly n rows, and W's weights belong to positions, not to tokens")
 
 
 # ---------------------------------------------------------------- Chapter 2: by hand
 
-_X = torch.tensor([[1, 0, 1, 1], [0, 1, 1, 0], [1, 1, 0, 1]], dtype=torch.float64)
+_X = torch.tensor([[1, 0, 1, 1], [0, 1, 1, 0], [1, 1, 0, 1]], dtype=torch.float64)  # the exercise's data
 _W_Q = torch.tensor([[1, 0], [0, 1], [1, 0], [0, 1]], dtype=torch.float64)
 _W_K = torch.tensor([[0, 1], [1, 0], [0, 1], [1, 1]], dtype=torch.float64)
 _W_V = _W_Q.clone()
 
 
-def _hand() -> dict[str, np.ndarray]:
-    q, k, v = _X @ _W_Q, _X @ _W_K, _X @ _W_V
-    s = q @ k.T
-    a = torch.softmax(s / math.sqrt(q.shape[-1]), dim=-1)
-    return {"Q": q, "K": k, "V": v, "S": s, "A": a, "Z": a @ v, "d_k": q.shape[-1]}
-
-
-def _compare_hand(name: str, got: np.ndarray, ref: dict, atol: float, hints: dict[str, np.ndarray]) -> None:
-    expected = ref[name].numpy()
+def _compare_hand(name: str, got: np.ndarray, expected: torch.Tensor, atol: float,
+                  hints: dict[str, torch.Tensor]) -> None:
+    """Fail naming the misconception and the wrong entries (with the student's values), never
+    the expected values: the student works them out by hand."""
+    expected = expected.numpy()
     if got.shape == expected.shape[::-1] != expected.shape:
-        fail(f"{name} is transposed: tokens are rows, so {name} has one row per token", expected, got)
+        raise CheckFailed(f"{name} is transposed: tokens are rows, so {name} has shape {expected.shape}, "
+                          f"one row per token (got {got.shape})")
     check_shape(got, expected.shape, name)
-    if not close(got, expected, atol, 0.0):
-        for hint, variant in hints.items():
-            if close(got, np.asarray(variant), atol, 0.0):
-                fail(f"{name}: {hint}", expected, got)
-        fail(f"{name} is not right (tolerance {atol})", expected, got)
+    if close(got, expected, atol, 0.0):
+        return
+    hint = next((h for h, variant in hints.items() if close(got, variant.numpy(), atol, 0.0)),
+                f"these entries are off by more than {atol:g}")
+    wrong = np.argwhere(~(np.abs(got - expected) <= atol))
+    entries = ", ".join(f"{name}[{', '.join(map(str, pos))}] = {got[tuple(pos)]:.4g}" for pos in wrong[:9])
+    raise CheckFailed(f"{name}: {hint}\n  wrong entries ({len(wrong)} of {got.size}), your values: {entries}")
 
 
 def check_hand_qkv(Q: Any, K: Any, V: Any) -> None:
     """The practice problem's ``Q = X W_Q``, ``K = X W_K``, ``V = X W_V`` (3×2 each). Chapter 2."""
-    ref = _hand()
+    q, k, v = _X @ _W_Q, _X @ _W_K, _X @ _W_V
     got = {n: as_array(m, n) for n, m in (("Q", Q), ("K", K), ("V", V))}
     record("hand_qkv", got, atol=1e-9)
     swapped = "Q and K are swapped: Q = X W_Q, K = X W_K"
-    _compare_hand("Q", got["Q"], ref, 1e-9, {swapped: ref["K"]})
-    _compare_hand("K", got["K"], ref, 1e-9, {swapped: ref["Q"]})
-    _compare_hand("V", got["V"], ref, 1e-9, {"V = X W_V (here W_V = W_Q)": ref["K"]})
+    _compare_hand("Q", got["Q"], q, 1e-9, {swapped: k})
+    _compare_hand("K", got["K"], k, 1e-9, {swapped: q})
+    _compare_hand("V", got["V"], v, 1e-9, {"V = X W_V (here W_V = W_Q)": k})
     ok("Q, K and V of the practice problem are right")
 
 
 def check_hand_scores(S: Any) -> None:
     """The practice problem's raw scores ``S = Q Kᵀ`` (3×3). Chapter 2."""
-    ref = _hand()
+    q, k = _X @ _W_Q, _X @ _W_K
+    s, d_k = q @ k.T, q.shape[-1]
     got = as_array(S, "S")
     record("hand_scores", {"S": got}, atol=1e-9)
-    _compare_hand("S", got, ref, 1e-9, {
-        "S looks transposed: s_ij = q_i · k_j, so S = Q Kᵀ (row i belongs to query i), not K Qᵀ": ref["S"].T,
-        "S is the raw score matrix Q Kᵀ; the 1/√d_k scaling comes in the next step":
-            ref["S"] / math.sqrt(ref["d_k"]),
-        "the keys are K = X W_K, not Q (Q Qᵀ is symmetric)": ref["Q"] @ ref["Q"].T})
+    _compare_hand("S", got, s, 1e-9, {
+        "S looks transposed: s_ij = q_i · k_j, so S = Q Kᵀ (row i belongs to query i), not K Qᵀ": s.T,
+        "S is the raw score matrix Q Kᵀ; the 1/√d_k scaling comes in the next step": s / math.sqrt(d_k),
+        "the keys are K = X W_K, not Q (Q Qᵀ is symmetric)": q @ q.T})
     ok("S = Q Kᵀ of the practice problem is right (note s_12 ≠ s_21: S is not symmetric)")
 
 
 def check_hand_weights(A: Any, Z: Any) -> None:
     """The practice problem's ``A = softmax(S/√d_k)`` and ``Z = A V`` to 3 decimals. Chapter 2."""
-    ref, atol = _hand(), 5e-3
+    q, k, v, atol = _X @ _W_Q, _X @ _W_K, _X @ _W_V, 5e-3
+    s, d_k = q @ k.T, q.shape[-1]
+    a = torch.softmax(s / math.sqrt(d_k), dim=-1)
     got_a, got_z = as_array(A, "A"), as_array(Z, "Z")
     record("hand_weights", {"A": got_a, "Z": got_z}, atol=atol)
-    s, d_k = ref["S"], ref["d_k"]
-    _compare_hand("A", got_a, ref, atol, {
+    _compare_hand("A", got_a, a, atol, {
         f"did you forget to divide the scores by √d_k = √{d_k} before the softmax?": torch.softmax(s, -1),
         f"divide the scores by √d_k = √{d_k} ≈ {math.sqrt(d_k):.3f}, not by d_k = {d_k}": torch.softmax(s / d_k, -1),
         "columns sum to 1 instead of rows — did you take the softmax over the wrong axis?":
             torch.softmax(s / math.sqrt(d_k), 0),
-        "A looks transposed: row i holds query i's weights over the keys": ref["A"].T})
-    _compare_hand("Z", got_z, ref, atol, {"Z = A V: the weights multiply V from the left": ref["A"].T @ ref["V"],
-                                          "Z uses the values V, not the keys K": ref["A"] @ ref["K"]})
+        "A looks transposed: row i holds query i's weights over the keys": a.T})
+    _compare_hand("Z", got_z, a @ v, atol, {"Z = A V: the weights multiply V from the left": a.T @ v,
+                                            "Z uses the values V, not the keys K": a @ k})
     ok(f"A = softmax(S/√{d_k}) and Z = A V of the practice problem are right (to {atol})")
