@@ -1,16 +1,20 @@
 """Run one notebook in a separate worker process (and its own kernel), with time limits.
 
 :func:`run_notebook` writes the notebook to a private folder, starts
-:mod:`transformer_lib.grading.worker` in a new process group, and waits at most ``timeout``
-seconds. If the time runs out, the worker's and the kernel's process groups are killed and
-the cells reported so far are kept. Student code never runs in the calling process.
+:mod:`transformer_lib.grading.worker` in a new process group with a minimal environment that
+carries a random token, and waits at most ``timeout`` seconds. If the time runs out, the
+worker's process tree is killed and the cells reported so far are kept. Afterwards every
+process carrying the token is killed too. Student code never runs in the calling process.
+
+The events the worker wrote are read as hostile data (the kernel can write to that file too):
+every field is type-checked, a cell's ``grade_id`` is taken from the notebook, not the file,
+and malformed lines are ignored.
 """
 from __future__ import annotations
 
 import json
-import os
+import secrets
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -22,12 +26,12 @@ from typing import Any
 
 import nbformat
 
-from ._checktools import RECORD_ENV
+from .notebook import grade_id, is_check
+from .procs import kernel_env, kill_tagged, kill_tree
 from .records import Records, load_records
 
 OUTPUT_CAP = 10_000  # characters of output stored per cell
-KERNEL_ENV = {"MPLBACKEND": "Agg", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-              "PYDEVD_DISABLE_FILE_VALIDATION": "1", "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+MAX_EVENTS_BYTES = 20_000_000
 
 
 @dataclass
@@ -42,6 +46,7 @@ class RunResult:
     finished: bool = False
     worker_error: str = ""
     seconds: float = 0.0
+    token: str = ""  # the run's token, in the environment of its worker and kernel
 
 
 _LIVE: set[subprocess.Popen] = set()
@@ -55,50 +60,63 @@ def allow_runs() -> None:
 
 
 def stop_all() -> None:
-    """Kill every running worker (their kernels exit with them) and start no new one."""
+    """Kill every running worker and its kernel, and start no new one."""
     _STOPPING.set()
     with _LOCK:
         for proc in list(_LIVE):
-            _kill_group(proc.pid)
+            kill_tree(proc.pid)
 
 
-def _kill_group(pgid: int | None) -> None:
-    if pgid:
-        try:
-            os.killpg(pgid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-
-
-def _read_events(path: Path, result: RunResult) -> int | None:
-    """Fill ``result`` from the events file; return the kernel pid if reported."""
-    kernel_pid = None
-    if not path.exists():
+def _cell_event(raw: dict, nb: nbformat.NotebookNode, cap: int) -> dict[str, Any] | None:
+    """A cell event with every field checked, or None if it names no code cell of ``nb``."""
+    index = raw.get("cell")
+    if type(index) is not int or not 0 <= index < len(nb.cells) or nb.cells[index].cell_type != "code":
         return None
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+    cell = nb.cells[index]
+
+    def text(key: str, limit: int) -> str:
+        return raw[key][:limit] if isinstance(raw.get(key), str) else ""
+
+    return {"cell": index, "grade_id": grade_id(cell) if is_check(cell) else None, "label": grade_id(cell),
+            "status": "ok" if raw.get("status") == "ok" else "error", "ename": text("ename", 200),
+            "evalue": text("evalue", cap), "output": text("output", cap),
+            "timed_out": raw.get("timed_out") is True, "truncated": raw.get("truncated") is True}
+
+
+def _read_events(path: Path, nb: nbformat.NotebookNode, result: RunResult, cap: int) -> None:
+    """Fill ``result`` from the events file, ignoring whatever is malformed. How the run ended
+    (``done`` or ``dead``) is taken from the last line only: the worker writes it after its kernel
+    has gone, so a line the kernel forged is never last."""
+    if not path.exists():
+        return
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        lines = fh.read(MAX_EVENTS_BYTES).splitlines()
+    raw: object = None
+    for line in lines:
         try:
-            event = json.loads(line)
-        except json.JSONDecodeError:
+            raw = json.loads(line)
+        except ValueError:
+            raw = None
             continue
-        if not isinstance(event, dict):
-            continue
-        if "kernel_pid" in event and isinstance(event["kernel_pid"], int):
-            kernel_pid = event["kernel_pid"]
-        elif "cell" in event:
+        event = _cell_event(raw, nb, cap) if isinstance(raw, dict) and "cell" in raw else None
+        if event is not None:
             result.cells.append(event)
-        elif "dead" in event:
-            result.dead_at = event["dead"] if isinstance(event["dead"], int) else -1
-            result.dead_label = event.get("label") if isinstance(event.get("label"), str) else None
-        elif event.get("done") is True:
-            result.finished = True
-    return kernel_pid
+    if isinstance(raw, dict) and raw.get("done") is True:
+        result.finished = True
+    elif isinstance(raw, dict) and "dead" in raw:
+        dead = raw["dead"]
+        result.dead_at = dead if type(dead) is int and 0 <= dead < len(nb.cells) else -1
+        result.dead_label = grade_id(nb.cells[result.dead_at]) if result.dead_at >= 0 else None
 
 
 def run_notebook(nb: nbformat.NotebookNode, cell_timeout: float = 30.0, timeout: float = 300.0,
-                 output_cap: int = OUTPUT_CAP) -> RunResult:
-    """Execute ``nb`` in a worker process; never raises because of what the notebook does."""
+                 output_cap: int = OUTPUT_CAP, token_prefix: str = "") -> RunResult:
+    """Execute ``nb`` in a worker process; never raises because of what the notebook does.
+
+    The run's token is ``token_prefix`` plus a random part (``result.token``).
+    """
     start = time.perf_counter()
-    result = RunResult()
+    result = RunResult(token=token_prefix + secrets.token_hex(8))
     private = Path(tempfile.mkdtemp(prefix="grading-"))
     public = Path(tempfile.mkdtemp(prefix="grading-kernel-"))
     try:
@@ -109,27 +127,26 @@ def run_notebook(nb: nbformat.NotebookNode, cell_timeout: float = 30.0, timeout:
         job = {"notebook": str(private / "notebook.ipynb"), "events": str(private / "events.jsonl"),
                "records": str(private / "records"), "live": str(live), "cwd": str(cwd),
                "cell_timeout": cell_timeout, "output_cap": output_cap}
-        env = {**os.environ, **KERNEL_ENV, RECORD_ENV: str(live)}
         with open(private / "worker.log", "wb") as log, _LOCK:
             if _STOPPING.is_set():
                 raise KeyboardInterrupt("grading was stopped")
             proc = subprocess.Popen([sys.executable, "-m", "transformer_lib.grading.worker"],
                                     stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
-                                    cwd=private, env=env, start_new_session=True)
+                                    cwd=private, env=kernel_env(str(live), result.token),
+                                    start_new_session=True)
             _LIVE.add(proc)
         try:
             proc.communicate(json.dumps(job).encode(), timeout=timeout)
         except subprocess.TimeoutExpired:
             result.killed = True
-            _kill_group(proc.pid)
+            kill_tree(proc.pid)
             proc.wait()
         finally:
             with _LOCK:
                 _LIVE.discard(proc)
-        kernel_pid = _read_events(private / "events.jsonl", result)
-        if result.killed:
-            _kill_group(kernel_pid)
-        elif proc.returncode != 0 or not (result.finished or result.dead_at is not None):
+            kill_tagged(result.token)
+        _read_events(private / "events.jsonl", nb, result, output_cap)
+        if not result.killed and (proc.returncode != 0 or not (result.finished or result.dead_at is not None)):
             tail = (private / "worker.log").read_text(errors="replace")[-1500:]
             result.worker_error = f"worker exited with status {proc.returncode}: {tail.strip()}"
         for folder in sorted((private / "records").glob("*")):

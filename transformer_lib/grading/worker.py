@@ -2,11 +2,11 @@
 
 :mod:`transformer_lib.grading.runner` starts it as ``python -m transformer_lib.grading.worker``
 in a new process group and writes the job (JSON) to its stdin. The worker never runs student
-code itself: nbclient starts an IPython kernel (a further process) and sends it the cells.
+code itself: nbclient starts an IPython kernel (a further process) and sends it the cells. The
+worker adopts the kernel's orphaned descendants (daemons) and kills them all at the end.
 After each cell the worker appends one JSON line to the job's events file, so that what was
 graded survives even if the whole process group is later killed:
 
-- ``{"kernel_pid": …}`` once the kernel runs;
 - ``{"cell": i, "grade_id": …, "status": "ok" | "error", "ename", "evalue", "timed_out",
   "output", "truncated"}`` per executed code cell (status from the kernel's execute_reply);
 - ``{"dead": i}`` if the kernel died while running cell ``i``; ``{"done": true}`` at the end.
@@ -32,6 +32,7 @@ from nbclient import NotebookClient
 from nbclient.exceptions import DeadKernelError
 
 from .notebook import grade_id, is_check
+from .procs import adopt_orphans, kill_descendants
 
 MAX_RECORD_FILE = 5_000_000  # bytes per .npz file moved out of the kernel's folder
 
@@ -46,7 +47,7 @@ class GradingClient(NotebookClient):
                               "evalue": f"cell exceeded {job['cell_timeout']} s and was interrupted"},
             allow_errors=True, store_widget_state=False, record_timing=False, iopub_timeout=4,
             shutdown_kernel="immediate", resources={"metadata": {"path": job["cwd"]}},
-            on_notebook_start=self._started, on_cell_execute=self._before_cell,
+            on_cell_execute=self._before_cell,
             on_cell_executed=self._after_cell)
         self.job = job
         self.current = -1
@@ -59,9 +60,6 @@ class GradingClient(NotebookClient):
         """Append one JSON line to the events file."""
         with open(self.job["events"], "a", encoding="utf-8") as fh:
             fh.write(json.dumps(event) + "\n")
-
-    def _started(self, notebook: Any = None, **_: Any) -> None:
-        self.emit({"kernel_pid": getattr(self.km.provisioner, "pid", None)})
 
     def _before_cell(self, cell: Any, cell_index: int, **_: Any) -> None:
         self.current = cell_index
@@ -146,16 +144,18 @@ def _exit_with_parent() -> None:
 def main() -> int:
     """Read the job from stdin and run it; the exit status is 0 unless the worker itself failed."""
     _exit_with_parent()
+    adopt_orphans()
     job = json.loads(sys.stdin.read())
     nb = nbformat.read(job["notebook"], as_version=4)
     client = GradingClient(nb, job)
     try:
         client.execute(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        end = {"done": True}
     except DeadKernelError:
-        cell = nb.cells[client.current] if 0 <= client.current < len(nb.cells) else {}
-        client.emit({"dead": client.current, "label": grade_id(cell) if cell else None})
-        return 0
-    client.emit({"done": True})
+        end = {"dead": client.current}
+    finally:
+        kill_descendants()
+    client.emit(end)
     return 0
 
 
