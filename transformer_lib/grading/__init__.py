@@ -3,13 +3,17 @@
 - ``checks``    the check functions exercise notebooks call (``checks.check_stable_softmax(f)``)
 - ``notebook``  nbgrader cell roles and markers; ``release`` writes the student versions
 - ``prepare``   restores the instructor's check cells in a submission
-- ``worker``, ``runner``  run one notebook in its own process and kernel, with time limits
+- ``fresh``     gives each check cell a freshly loaded copy of the checks
+- ``worker``, ``runner``, ``procs``  run one notebook in its own process and kernel, with time
+  limits, and kill every process it started
 - ``records``   results the checks record, compared outside the student's kernel
-- ``grade``, ``report``  scoring and the reports (grades.csv, results.json, feedback.md)
+- ``grade``, ``scoring``, ``report``  the grading run, scoring, and the reports (grades.csv,
+  results.json, feedback.md)
 - ``bench``     times the grading of 20 submissions
 
 Command line: ``python -m transformer_lib.grading release`` and
 ``python -m transformer_lib.grading grade SOURCE.ipynb SUBMISSIONS... --out DIR``.
 """
 
-__all__ = ["checks", "notebook", "prepare", "worker", "runner", "records", "grade", "report", "bench"]
+__all__ = ["checks", "notebook", "prepare", "fresh", "worker", "runner", "procs", "records", "grade", "scoring",
+           "report", "bench"]

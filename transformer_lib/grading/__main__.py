@@ -30,18 +30,23 @@ def _release(args: argparse.Namespace) -> int:
 
 
 def _grade(args: argparse.Namespace) -> int:
-    from .grade import GradingError, grade
+    from .grade import GradingError, GradingInterrupted, grade
     from .notebook import MarkerError
 
-    signal.signal(signal.SIGTERM, _interrupt)  # like Ctrl-C: workers and kernels are killed
+    for signum in (signal.SIGINT, signal.SIGTERM):  # workers and kernels are killed, partial reports written
+        signal.signal(signum, _interrupt)
     try:
         results = grade(args.source, args.submissions, args.out, jobs=args.jobs,
                         cell_timeout=args.cell_timeout, timeout=args.timeout, progress=not args.quiet)
     except (GradingError, MarkerError, FileNotFoundError) as err:
         print(f"grading stopped: {err}", file=sys.stderr)
         return 2
+    except GradingInterrupted as err:
+        print(f"grading interrupted: partial reports written to {args.out} ({err.graded} of {len(err.results)} "
+              "submissions graded; the others score 0 with a note)", file=sys.stderr)
+        return 130
     except KeyboardInterrupt:
-        print("grading interrupted; no report written", file=sys.stderr)
+        print("grading interrupted before any submission ran; no report written", file=sys.stderr)
         return 130
     for r in results:
         print(f"{r.name}: {r.total:g} / {r.max_score:g}" + (f"  ({len(r.notes)} note(s))" if r.notes else ""))

@@ -7,8 +7,10 @@ Layout of the output folder::
     <name>/results.json          score, output, tests[] (name, score, max_score, status, output, visibility)
     <name>/feedback.md           the score, the notes and each check's message for the student
 
-Messages are the checks' ``AssertionError`` texts (or the error a cell raised); the source of
-the hidden tests is never written.
+Messages are the checks' own ``AssertionError`` texts; for any other error a cell raised only
+its type is given (see :mod:`~transformer_lib.grading.scoring`). The source of the hidden tests
+is never written. If a submission's files cannot be written, it scores 0 with a note in
+``grades.csv``, and the other submissions are not affected.
 """
 from __future__ import annotations
 
@@ -18,7 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .grade import Check, SubmissionResult
+    from .scoring import Check, SubmissionResult
 
 MAX_MESSAGE = 2000
 
@@ -54,8 +56,20 @@ def feedback_markdown(result: SubmissionResult) -> str:
 
 
 def write_reports(out_dir: Path, results: list[SubmissionResult], checks: list[Check]) -> None:
-    """Write grades.csv and the per-submission files into ``out_dir``."""
+    """Write the per-submission files, then grades.csv, into ``out_dir``."""
+    from .scoring import zeros
+
     out_dir.mkdir(parents=True, exist_ok=True)
+    for r in results:
+        try:
+            folder = out_dir / r.name
+            folder.mkdir(exist_ok=True)
+            (folder / "results.json").write_text(json.dumps(results_json(r), indent=1, ensure_ascii=False),
+                                                 encoding="utf-8")
+            (folder / "feedback.md").write_text(feedback_markdown(r), encoding="utf-8")
+        except Exception as err:  # one submission's report never stops the others
+            r.checks = zeros(checks, "not graded: the report could not be written")
+            r.notes.append(f"its report could not be written ({type(err).__name__}: {str(err)[:200]}); 0 points")
     with open(out_dir / "grades.csv", "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
         writer.writerow(["submission", *[c.grade_id for c in checks], "total", "max", "notes"])
@@ -63,9 +77,3 @@ def write_reports(out_dir: Path, results: list[SubmissionResult], checks: list[C
             scores = {c.grade_id: _fmt(c.score) for c in r.checks}
             writer.writerow([r.name, *[scores.get(c.grade_id, "0") for c in checks],
                              _fmt(r.total), _fmt(sum(c.points for c in checks)), " | ".join(r.notes)])
-    for r in results:
-        folder = out_dir / r.name
-        folder.mkdir(exist_ok=True)
-        (folder / "results.json").write_text(json.dumps(results_json(r), indent=1, ensure_ascii=False),
-                                             encoding="utf-8")
-        (folder / "feedback.md").write_text(feedback_markdown(r), encoding="utf-8")

@@ -1,0 +1,68 @@
+"""A fresh copy of the checks for every check cell the grader runs.
+
+In each check cell of a prepared notebook, :func:`use_fresh_checks` replaces the line
+``from transformer_lib.grading import checks`` by code that executes ``checks.py`` and its helper
+modules from their files into new module objects, under a package name random per grading run,
+instead of importing them. Whatever the notebook did before (re-pointing ``checks.check_*``,
+replacing ``sys.modules`` entries, patching the helpers' attributes) therefore does not reach
+the check cell. (It is a deterrent, like everything inside the kernel: the grader's real
+defence is comparing the recorded results outside it.)
+"""
+from __future__ import annotations
+
+import copy
+import inspect
+import secrets
+from pathlib import Path
+
+from nbformat import NotebookNode
+
+from .notebook import IMPORT_CHECKS, is_check
+
+FOLDER = Path(__file__).resolve().parent
+FILES = ("_checktools", "_checks_attention", "checks")  # in the order they import each other
+
+
+def _grading_fresh_checks(folder: str, name: str, files: tuple[str, ...]):  # noqa: ANN202
+    """Execute ``files`` from ``folder`` as new submodules of a new package ``name``; return the last.
+
+    This function's source is copied into check cells, so it imports what it needs itself. The
+    modules are in ``sys.modules`` only while they load (for their relative imports).
+    """
+    import sys
+    import types
+
+    package = types.ModuleType(name)
+    package.__path__ = [folder]
+    modules = {name: package}
+    try:
+        for stem in files:
+            module = types.ModuleType(f"{name}.{stem}")
+            module.__file__, module.__package__ = f"{folder}/{stem}.py", name
+            modules[module.__name__] = module
+            sys.modules.update(modules)
+            with open(module.__file__, encoding="utf-8") as fh:
+                exec(compile(fh.read(), module.__file__, "exec"), module.__dict__)  # noqa: S102
+    finally:
+        for key in modules:
+            sys.modules.pop(key, None)
+    return module
+
+
+def loader(name: str, indent: str = "") -> str:
+    """The code that binds ``checks`` to a fresh copy of the checks (package ``name``)."""
+    call = f"checks = _grading_fresh_checks({str(FOLDER)!r}, {name!r}, {FILES!r})"
+    code = f"{inspect.getsource(_grading_fresh_checks)}{call}\ndel _grading_fresh_checks"
+    return "\n".join(indent + line if line else line for line in code.splitlines())
+
+
+def use_fresh_checks(nb: NotebookNode, name: str | None = None) -> NotebookNode:
+    """A copy of ``nb`` whose check cells load a fresh copy of the checks (``name``: random if None)."""
+    name = name or f"_grading_checks_{secrets.token_hex(8)}"
+    nb = copy.deepcopy(nb)
+    for cell in nb.cells:
+        if is_check(cell):
+            lines = cell.source.splitlines()
+            cell.source = "\n".join(loader(name, line[: len(line) - len(line.lstrip())])
+                                    if line.strip() == IMPORT_CHECKS else line for line in lines)
+    return nb
