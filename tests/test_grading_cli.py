@@ -1,61 +1,91 @@
 """The autograder end to end, through its command line, on adversarial submissions.
 
-One grading run (``--jobs 2 --cell-timeout 10``) covers: a correct and a blank submission, an
-infinite loop, a kernel that dies, an edited and a deleted check cell, checks monkeypatched
-to no-ops (with a faked record file), a million printed lines, warnings, a hard-coded visible
-answer and two files that are not notebooks. A second, short run hits the notebook time limit.
+The main run uses generous limits (120 s per cell), so that a busy machine cannot make a correct
+submission time out. It covers a correct and a blank submission, a kernel that dies, edited and
+deleted check cells, checks monkeypatched (module attributes, or ``sys.modules``) to call the
+real checks with correct answers, a million printed lines, warnings, a hard-coded visible
+answer, the hidden tests smuggled into the feedback (plain, reversed, base64, as a class name),
+forged events, daemons, files that are not notebooks and output names that collide. A run with
+short limits (started first, in the background: it mostly waits) covers the time limits and a
+forged ``kernel_pid``; one more run is stopped by SIGTERM; one grades chapter 1.
 """
 from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
+import time
 
+import psutil
 import pytest
 
 from repo_paths import REPO
-from submissions.adversarial import SOURCE, build, ignores_interrupts
+from submissions.adversarial import SOURCE, build, sigterm, time_limits
 from transformer_lib.grading.notebook import check_cells, grade_id, hidden_lines, read
 
 GRADE_IDS = [grade_id(c) for _, c in check_cells(read(SOURCE))]
+GENEROUS = ("--cell-timeout", "120", "--timeout", "600")
 
 
-def _grade(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "transformer_lib.grading", "grade", str(SOURCE), *args],
-                          cwd=REPO, capture_output=True, text=True, timeout=300)
+def _command(source, *args: str) -> list[str]:
+    return [sys.executable, "-m", "transformer_lib.grading", "grade", str(source), *map(str, args)]
+
+
+def _grade(*args: str, source=SOURCE) -> subprocess.CompletedProcess:
+    return subprocess.run(_command(source, *args), cwd=REPO, capture_output=True, text=True, timeout=900)
+
+
+def _rows(out) -> dict[str, dict[str, str]]:
+    with open(out / "grades.csv", newline="", encoding="utf-8") as fh:
+        return {row["submission"]: row for row in csv.DictReader(fh)}
 
 
 @pytest.fixture(scope="module")
-def graded(tmp_path_factory):
-    subs = tmp_path_factory.mktemp("submissions")
-    expected = build(subs)
-    out = tmp_path_factory.mktemp("out")
-    result = _grade(str(subs), "--out", str(out), "--jobs", "2", "--cell-timeout", "10", "--timeout", "90")
+def limits(tmp_path_factory):
+    """The short-limits run, in the background; an unrelated process it must not kill."""
+    victim = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    subs, out = tmp_path_factory.mktemp("limits"), tmp_path_factory.mktemp("limits_out")
+    expected = time_limits(subs, victim.pid)
+    proc = subprocess.Popen(_command(SOURCE, subs, "--out", out, "--jobs", "2", "--cell-timeout", "30",
+                                     "--timeout", "60", "--quiet"),
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    yield expected, proc, out, victim
+    for p in (proc, victim):
+        p.kill()
+        p.wait()
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory, limits):
+    subs, out = tmp_path_factory.mktemp("submissions"), tmp_path_factory.mktemp("out")
+    pid_file = tmp_path_factory.mktemp("daemons") / "pids"
+    expected = build(subs, pid_file)
+    result = _grade(subs, "--out", out, "--jobs", "2", *GENEROUS)
     assert result.returncode == 0, result.stderr[-3000:]
-    with open(out / "grades.csv", newline="", encoding="utf-8") as fh:
-        rows = {row["submission"]: row for row in csv.DictReader(fh)}
-    return expected, rows, out, result
+    return expected, _rows(out), out, result, pid_file
 
 
 def test_progress_bar_and_summary(graded):
-    _, _, out, result = graded
+    _, _, out, result, _ = graded
     assert "grading: 100%" in result.stderr  # the tqdm progress bar
     assert f"reports written to {out}" in result.stdout
 
 
 def test_grades_csv_has_one_row_per_submission_and_one_column_per_check(graded):
-    expected, rows, _, _ = graded
+    expected, rows, _, _, _ = graded
     assert set(rows) == set(expected)
     assert list(next(iter(rows.values()))) == ["submission", *GRADE_IDS, "total", "max", "notes"]
     assert all(row["max"] == "12" for row in rows.values())
 
 
-@pytest.mark.parametrize("name", ["correct", "blank", "loop_forever", "kernel_dies", "print_million_lines",
-                                  "warnings", "hard_coded", "exfiltrate_hidden_tests", "monkeypatch_checks", "check_edited_to_pass",
+@pytest.mark.parametrize("name", ["correct", "blank", "kernel_dies", "print_million_lines", "warnings",
+                                  "hard_coded", "exfiltrate_hidden_tests", "monkeypatch_checks",
+                                  "monkeypatch_sys_modules", "forged_events", "daemons", "check_edited_to_pass",
                                   "check_deleted", "not_json", "json_not_notebook"])
 def test_each_submission_gets_the_right_score_and_note(graded, name):
-    expected, rows, _, _ = graded
+    expected, rows, _, _, _ = graded
     score, note = expected[name]
     row = rows[name]
     assert float(row["total"]) == score, f"{name}: {row}"
@@ -66,16 +96,24 @@ def test_each_submission_gets_the_right_score_and_note(graded, name):
 
 
 def test_scores_per_check(graded):
-    _, rows, _, _ = graded
-    assert rows["loop_forever"]["check_stable_softmax"] == "0"
+    _, rows, _, _, _ = graded
     assert rows["kernel_dies"]["check_stable_softmax"] == "2" and rows["kernel_dies"]["check_attention"] == "0"
     assert rows["hard_coded"]["check_score_std"] == "0"
     assert rows["check_edited_to_pass"]["check_stable_softmax"] == "0"
     assert rows["check_deleted"]["check_masked_attention"] == "0"
+    for name in ("monkeypatch_checks", "monkeypatch_sys_modules"):  # the check cells use fresh checks
+        assert {rows[name][g] for g in GRADE_IDS} == {"0"}, rows[name]
+
+
+def test_output_names_never_collide(graded):
+    _, rows, out, _, _ = graded
+    collided = {"grades.csv-2", "a_b", "a_b-2", "a_b-3"}  # grades.csv.ipynb, a b, a_b-2, a_b
+    assert collided <= set(rows) and (out / "grades.csv").is_file()
+    assert all((out / name / "results.json").is_file() for name in collided)
 
 
 def test_results_json_is_gradescope_format(graded):
-    expected, _, out, _ = graded
+    expected, _, out, _, _ = graded
     for name in expected:
         data = json.loads((out / name / "results.json").read_text(encoding="utf-8"))
         assert set(data) == {"score", "output", "tests"} and data["score"] == expected[name][0]
@@ -86,28 +124,52 @@ def test_results_json_is_gradescope_format(graded):
 
 
 def test_feedback_shows_check_messages_but_never_hidden_tests(graded):
-    expected, _, out, _ = graded
+    expected, _, out, _, _ = graded
     hidden = [h for _, c in check_cells(read(SOURCE)) for h in hidden_lines(c.source) if len(h) >= 8]
     for name in expected:
         text = (out / name / "feedback.md").read_text(encoding="utf-8")
-        leaked = [h for h in hidden if h in text]
+        leaked = [h for h in hidden if h in text or h[::-1] in text]
         assert not leaked, f"{name}: hidden tests in the feedback: {leaked}"
+        assert not re.search(r"[A-Za-z0-9+/]{40,}", text), f"{name}: an encoded blob in the feedback"
     exfiltrated = (out / "exfiltrate_hidden_tests" / "feedback.md").read_text(encoding="utf-8")
-    assert "checks.check_score_std(score_std)" in exfiltrated  # the visible line is not secret
+    assert exfiltrated.count("your code raised AssertionError while the check ran") == 3
+    assert "your code raised an exception while the check ran" in exfiltrated  # a made-up class name
+    assert "checks.check_" not in exfiltrated and "_g = torch" not in exfiltrated
     hard = (out / "hard_coded" / "feedback.md").read_text(encoding="utf-8")
     assert "AssertionError: score_std(1) is not right" in hard and "expected: 1." in hard
     blank = (out / "blank" / "feedback.md").read_text(encoding="utf-8")
     assert "not implemented yet" in blank and "Score: 0 / 12" in blank
 
 
-def test_notebook_time_limit_kills_a_kernel_that_ignores_interrupts(tmp_path):
-    sub = ignores_interrupts(tmp_path)
-    out = tmp_path / "out"
-    result = _grade(str(sub), "--out", str(out), "--cell-timeout", "3", "--timeout", "12", "--jobs", "2", "--quiet")
-    assert result.returncode == 0, result.stderr[-3000:]
-    row = next(csv.DictReader(open(out / "grades.csv", newline="", encoding="utf-8")))
-    assert "ran longer than 12 s and was stopped" in row["notes"]
-    assert row["check_hand_qkv"] == "1" and row["check_attention"] == "0"
+def test_no_process_outlives_the_grading_run(graded):
+    """Daemons (setsid, an empty environment, a double fork) are killed before the reports are written."""
+    pids = [int(line) for line in graded[4].read_text().split()]
+    assert len(pids) == 3, pids  # the daemons did start
+
+    def alive(pid: int) -> bool:
+        try:
+            proc = psutil.Process(pid)
+            return proc.status() != psutil.STATUS_ZOMBIE and proc.cmdline()[:1] in (["sleep"], [sys.executable])
+        except psutil.Error:
+            return False
+
+    deadline = time.monotonic() + 5
+    while any(map(alive, pids)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not [pid for pid in pids if alive(pid)]
+
+
+def test_sigterm_writes_partial_reports(tmp_path):
+    subs, out = tmp_path / "subs", tmp_path / "out"
+    subs.mkdir()
+    sigterm(subs)
+    result = _grade(subs, "--out", out, "--jobs", "1", "--quiet", *GENEROUS)
+    assert result.returncode == 130, result.stderr[-3000:]
+    assert "partial reports written" in result.stderr and "1 of 2 submissions graded" in result.stderr
+    rows = _rows(out)
+    assert (rows["a_correct"]["total"], rows["a_correct"]["notes"]) == ("12", "")
+    assert rows["b_sigterm"]["total"] == "0" and "interrupted" in rows["b_sigterm"]["notes"]
+    assert "interrupted" in (out / "b_sigterm" / "feedback.md").read_text(encoding="utf-8")
 
 
 def test_chapter_1_correct_and_blank(tmp_path):
@@ -119,11 +181,25 @@ def test_chapter_1_correct_and_blank(tmp_path):
     (tmp_path / "right.ipynb").write_text(dumps(as_handed_in(nb)), encoding="utf-8")
     (tmp_path / "blank.ipynb").write_text(dumps(release(nb)), encoding="utf-8")
     out = tmp_path / "out"
-    result = subprocess.run([sys.executable, "-m", "transformer_lib.grading", "grade", str(source),
-                             str(tmp_path / "right.ipynb"), str(tmp_path / "blank.ipynb"), "--out", str(out),
-                             "--jobs", "2", "--cell-timeout", "10", "--quiet"],
-                            cwd=REPO, capture_output=True, text=True, timeout=300)
+    result = _grade(tmp_path / "right.ipynb", tmp_path / "blank.ipynb", "--out", out, "--jobs", "2", "--quiet",
+                    *GENEROUS, source=source)
     assert result.returncode == 0, result.stderr[-3000:]
-    rows = {r["submission"]: r for r in csv.DictReader(open(out / "grades.csv", newline="", encoding="utf-8"))}
-    assert (rows["right"]["total"], rows["blank"]["total"], rows["right"]["max"]) == ("4", "0", "4")
+    rows = _rows(out)
+    assert (rows["right"]["total"], rows["blank"]["total"], rows["right"]["max"]) == ("5", "0", "5")
     assert rows["right"]["notes"] == "" and rows["blank"]["notes"] == ""
+    blank = (out / "blank" / "feedback.md").read_text(encoding="utf-8")
+    assert "your code raised NameError while the check ran (is every name" in blank  # the unanswered 1.4
+
+
+def test_time_limits_and_a_forged_kernel_pid(limits):  # last: the run has been waiting in the background
+    expected, proc, out, victim = limits
+    stdout, stderr = proc.communicate(timeout=600)
+    assert proc.returncode == 0, stderr[-3000:]
+    rows = _rows(out)
+    for name, (score, note) in expected.items():
+        assert float(rows[name]["total"]) == score and note in rows[name]["notes"], rows[name]
+    assert "ran longer than 60 s and was stopped" in rows["ignores_interrupts"]["notes"]
+    assert rows["ignores_interrupts"]["check_hand_weights"] == "2"
+    assert rows["ignores_interrupts"]["check_attention"] == "0"
+    assert "ran longer than 30 s and was interrupted" in rows["loop_forever"]["notes"]
+    assert victim.poll() is None, "the grader killed a process named by a forged kernel_pid"

@@ -1,10 +1,13 @@
-"""Pieces of the autograder in isolation: restoring check cells, loading and comparing
-records safely, the report formats, and the checks' messages and bookkeeping."""
+"""Pieces of the autograder in isolation: restoring check cells, fresh copies of the checks,
+loading and comparing records safely, the report formats, and the checks' messages, bans and
+bookkeeping. (The grading run itself: tests/test_grading_run.py.)"""
 from __future__ import annotations
 
 import copy
 import json
 import math
+import sys
+import types
 from pathlib import Path
 
 import nbformat
@@ -13,10 +16,12 @@ import pytest
 import torch
 
 from repo_paths import REPO
-from transformer_lib.grading import checks
+from submissions.helpers import run_inprocess
+from transformer_lib.grading import _checks_attention, _checktools, checks
 from transformer_lib.grading._checktools import RECORD_ENV, record
+from transformer_lib.grading.fresh import loader, use_fresh_checks
 from transformer_lib.grading.grade import CheckResult, SubmissionResult
-from transformer_lib.grading.notebook import grade_id, read, release
+from transformer_lib.grading.notebook import IMPORT_CHECKS, check_cells, grade_id, read, release
 from transformer_lib.grading.prepare import SubmissionError, load_submission, restore_checks
 from transformer_lib.grading.records import compare, load_records
 from transformer_lib.grading.report import feedback_markdown, results_json
@@ -161,3 +166,53 @@ def test_lenient_reading_of_a_hand_edited_notebook(tmp_path):
     prepared, _ = restore_checks(nb, read(SOURCE))
     nbformat.validate(prepared)
     assert len({c.id for c in prepared.cells}) == len(prepared.cells)
+
+
+# ------------------------------------------------------------------ fresh copies of the checks
+
+def test_a_fresh_copy_of_the_checks_ignores_earlier_patches(monkeypatch):
+    monkeypatch.setattr(checks, "check_score_std", lambda fn, *a, **k: None)
+    monkeypatch.setattr(_checktools, "close", lambda *a, **k: True)
+    monkeypatch.setitem(sys.modules, "transformer_lib.grading.checks", types.ModuleType("fake"))
+    namespace: dict = {}
+    exec(loader("_grading_test_fresh"), namespace)  # noqa: S102 - what a check cell runs
+    assert namespace["checks"] is not checks and "_grading_test_fresh" not in sys.modules
+    with pytest.raises(AssertionError, match=r"score_std\(256\) is not right"):
+        namespace["checks"].check_score_std(lambda d: 0.0)
+
+
+def test_check_cells_load_fresh_checks_and_still_pass_on_the_solutions():
+    instructor = read(SOURCE)
+    prepared = use_fresh_checks(instructor)
+    for _, cell in check_cells(prepared):
+        assert IMPORT_CHECKS not in cell.source and "_grading_fresh_checks(" in cell.source
+    assert [c.source for c in prepared.cells if not grade_id(c) or not grade_id(c).startswith("check_")] == \
+           [c.source for c in instructor.cells if not grade_id(c) or not grade_id(c).startswith("check_")]
+    assert set(run_inprocess(prepared).values()) == {None}
+
+
+def test_no_module_level_helper_computes_an_answer():
+    for module, name in [(checks, "_hand"), (checks, "_nw_reference"), (_checks_attention, "_weights"),
+                         (_checks_attention, "_score_variance")]:
+        assert not hasattr(module, name), f"{module.__name__}.{name}"
+
+
+def test_hand_checks_name_the_wrong_entries_not_the_expected_values():
+    right = torch.tensor([[5.0, 3.0, 6.0], [4.0, 2.0, 4.0], [7.0, 3.0, 6.0]])
+    for wrong, shown in [(right.T, "S[0, 1] = 4"), (right + torch.eye(3), "S[0, 0] = 6")]:
+        with pytest.raises(AssertionError) as info:
+            checks.check_hand_scores(wrong)
+        assert shown in str(info.value) and "expected" not in str(info.value)
+    with pytest.raises(AssertionError) as info:
+        checks.check_hand_qkv(torch.zeros(2, 3), torch.zeros(3, 2), torch.zeros(3, 2))
+    assert "transposed" in str(info.value) and "expected:" not in str(info.value)
+
+
+def test_switching_off_the_library_watch_is_noticed():
+    def sneaky(x, dim=-1):
+        sys.setprofile(None)
+        from transformer_lib.attention import softmax
+        return softmax(x, dim)
+    with pytest.raises(AssertionError, match="sys.setprofile"):
+        checks.check_stable_softmax(sneaky)
+    assert sys.getprofile() is None

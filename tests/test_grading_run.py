@@ -1,0 +1,163 @@
+"""The grading run around the checks: events read as hostile data, output names, what feedback
+may show, the kernels' environment and processes, and the orchestration of a run (the
+instructor notebook first, interrupts, failures confined to one submission), with a fake runner
+where no kernel is needed."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import psutil
+import pytest
+
+from repo_paths import REPO
+from submissions.helpers import as_handed_in
+from transformer_lib.grading import grade as grade_module
+from transformer_lib.grading._checktools import RECORD_ENV, TOKEN_ENV, failure_name
+from transformer_lib.grading.grade import (CheckResult, GradingError, GradingInterrupted, SubmissionResult, grade,
+                                           unique_names)
+from transformer_lib.grading.notebook import check_cells, dumps, grade_id, read
+from transformer_lib.grading.procs import kernel_env, kill_tagged
+from transformer_lib.grading.report import write_reports
+from transformer_lib.grading.runner import RunResult, _read_events
+from transformer_lib.grading.scoring import Check, error_message
+
+SOURCE = REPO / "exercises" / "source" / "02_building_up_attention.ipynb"
+
+
+def test_events_are_type_checked_and_only_the_last_line_says_how_the_run_ended(tmp_path):
+    nb = read(SOURCE)
+    first = check_cells(nb)[0][0]
+    lines = ["[1]", "not json", {"cell": 0, "status": "ok"}, {"cell": 10**30}, {"cell": True},
+             {"cell": first, "grade_id": "check_attention", "status": "ok", "ename": 7, "timed_out": "yes"},
+             {"cell": first}, {"dead": 3}, {"done": True}]
+    path = tmp_path / "events.jsonl"
+    path.write_text("\n".join(x if isinstance(x, str) else json.dumps(x) for x in lines), encoding="utf-8")
+    result = RunResult()
+    _read_events(path, nb, result, 100)
+    assert [(e["cell"], e["grade_id"], e["status"], e["ename"], e["timed_out"]) for e in result.cells] == \
+           [(first, grade_id(nb.cells[first]), "ok", "", False), (first, grade_id(nb.cells[first]), "error", "", False)]
+    assert result.finished and result.dead_at is None
+
+
+def test_output_names_are_unique_and_never_grades_csv():
+    files = ["grades.csv.ipynb", "GRADES.CSV.ipynb", "a b.ipynb", "a_b.ipynb", "a_b-2.ipynb", "A_B.ipynb",
+             "..ipynb", "x/.hidden.ipynb", f"{'n' * 300}.ipynb"]
+    names = unique_names([Path(f) for f in files])
+    assert len({n.lower() for n in names}) == len(files) and "grades.csv" not in {n.lower() for n in names}
+    assert all(0 < len(n) < 110 and not n.startswith(".") for n in names)
+
+
+def test_feedback_shows_only_the_checks_own_messages():
+    mine = failure_name("tok")
+    assert error_message({"ename": mine, "evalue": "wrong axis"}, "tok") == "AssertionError: wrong axis"
+    for ename in ("AssertionError", failure_name("other"), "ValueError", "Secret_hidden_source_text"):
+        message = error_message({"ename": ename, "evalue": "SECRET"}, "tok")
+        assert "SECRET" not in message and "Secret" not in message and "your code raised" in message
+
+
+def test_the_kernel_gets_a_minimal_environment(monkeypatch):
+    monkeypatch.setenv("GRADER_ONLY_SECRET", "x")
+    env = kernel_env("/records", "tok")
+    assert "GRADER_ONLY_SECRET" not in env and env["PATH"] == os.environ["PATH"]
+    assert (env[RECORD_ENV], env[TOKEN_ENV], env["HF_HUB_OFFLINE"]) == ("/records", "tok", "1")
+
+
+def test_kill_tagged_kills_only_the_processes_with_the_token():
+    procs = [subprocess.Popen(["sleep", "60"], env={**os.environ, TOKEN_ENV: token})
+             for token in ("run1-a", "run2-a")]
+    try:
+        for proc in procs:  # wait until each runs sleep (with its own environment)
+            while psutil.Process(proc.pid).cmdline()[:1] != ["sleep"]:
+                time.sleep(0.01)
+        assert kill_tagged("run1-", prefix=True) == 1
+        assert procs[0].wait(timeout=5) == -9 and procs[1].poll() is None
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait()
+
+
+# ------------------------------------------------------------------ the grading run, with a fake runner
+
+def _passing_run(nb, *args, **kwargs) -> RunResult:
+    """What a run of ``nb`` reports if every check passes and records the same results."""
+    run = RunResult(token="fake")
+    for i, cell in check_cells(nb):
+        gid = grade_id(cell)
+        run.cells.append({"cell": i, "grade_id": gid, "label": gid, "status": "ok", "ename": "", "evalue": "",
+                          "output": "", "timed_out": False, "truncated": False})
+        run.records[gid] = {"00-x": {"out": np.ones(2)}}
+    return run
+
+
+@pytest.fixture
+def two_submissions(tmp_path, monkeypatch):
+    monkeypatch.setattr(grade_module, "_REFERENCE_CACHE", {})
+    text = dumps(as_handed_in(read(SOURCE)))
+    paths = [tmp_path / "a.ipynb", tmp_path / "b.ipynb"]
+    for path in paths:
+        path.write_text(text, encoding="utf-8")
+    return paths
+
+
+def test_the_instructor_notebook_runs_first_alone_with_its_own_limits(two_submissions, tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(grade_module, "run_notebook",
+                        lambda nb, cell, limit, **kw: calls.append((cell, limit)) or _passing_run(nb))
+    results = grade(SOURCE, two_submissions, tmp_path / "out", jobs=2, cell_timeout=5, timeout=10, progress=False)
+    assert calls == [(120.0, 900.0), (5, 10), (5, 10)] and [r.total for r in results] == [12, 12]
+
+
+def test_an_interrupt_writes_partial_reports(two_submissions, tmp_path, monkeypatch):
+    calls: list = []
+
+    def run(nb, *args, **kwargs):
+        calls.append(nb)
+        if len(calls) == 3:  # the instructor notebook, a, then b is interrupted
+            raise KeyboardInterrupt
+        return _passing_run(nb)
+
+    monkeypatch.setattr(grade_module, "run_notebook", run)
+    with pytest.raises(GradingInterrupted) as info:
+        grade(SOURCE, two_submissions, tmp_path / "out", jobs=1, progress=False)
+    a, b = info.value.results
+    assert (a.total, a.notes, b.total, info.value.graded) == (12, [], 0, 1)
+    assert "interrupted" in b.notes[0] and "interrupted" in (tmp_path / "out" / "grades.csv").read_text()
+
+
+def test_a_failure_while_scoring_one_submission_gives_it_a_note_and_0(two_submissions, tmp_path, monkeypatch):
+    real, calls = grade_module.score, []
+
+    def score(run, *args):
+        calls.append(run)
+        if len(calls) == 1:
+            raise KeyError("boom")
+        return real(run, *args)
+
+    monkeypatch.setattr(grade_module, "run_notebook", _passing_run)
+    monkeypatch.setattr(grade_module, "score", score)
+    a, b = grade(SOURCE, two_submissions, tmp_path / "out", progress=False)
+    assert (a.total, b.total) == (0, 12) and "could not score this submission (KeyError" in a.notes[0]
+
+
+def test_a_report_that_cannot_be_written_gives_a_note_and_0(tmp_path):
+    (tmp_path / "alice").write_text("a file where the folder should go")
+    results = [SubmissionResult(n, Path(f"{n}.ipynb"), [CheckResult("a", 1, 1, "passed")]) for n in ("alice", "bob")]
+    write_reports(tmp_path, results, [Check("a", 1.0, [])])
+    rows = (tmp_path / "grades.csv").read_text().splitlines()
+    assert rows[1].startswith("alice,0,0,1,") and "could not be written" in rows[1] and rows[2] == "bob,1,1,1,"
+
+
+def test_an_instructor_notebook_that_times_out_is_reported_as_such(tmp_path, monkeypatch):
+    nb = read(SOURCE)
+    nb.cells.insert(2, nbformat.v4.new_code_cell("import time\ntime.sleep(300)"))
+    (tmp_path / "slow.ipynb").write_text(dumps(nb), encoding="utf-8")
+    monkeypatch.setattr(grade_module, "REFERENCE_TIMEOUT", 4.0)
+    with pytest.raises(GradingError, match="the instructor notebook timed out"):
+        grade(tmp_path / "slow.ipynb", [], tmp_path / "out", cell_timeout=100, timeout=1, progress=False)
