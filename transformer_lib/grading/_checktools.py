@@ -90,7 +90,7 @@ def check_shape(actual: np.ndarray, shape: tuple[int, ...], what: str, hint: str
     """CheckFailed if ``actual`` does not have ``shape``."""
     if actual.shape != tuple(shape):
         raise CheckFailed(f"{what} has the wrong shape{': ' + hint if hint else ''}\n"
-                             f"  expected shape: {tuple(shape)}\n  got shape:      {actual.shape}")
+                          f"  expected shape: {tuple(shape)}\n  got shape:      {actual.shape}")
 
 
 def check_finite(actual: np.ndarray, what: str, hint: str) -> None:

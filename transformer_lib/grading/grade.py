@@ -29,6 +29,7 @@ from .notebook import check_cells, dumps, grade_id, hidden_lines, read, validate
 from .prepare import SubmissionError, load_submission, restore_checks
 from .procs import kill_tagged
 from .records import Records
+from .report import write_reports
 from .runner import RunResult, allow_runs, run_notebook, stop_all
 from .scoring import Check, CheckResult, SubmissionResult, redact, score, zeros
 
@@ -161,8 +162,6 @@ def grade(instructor_path: Path | str, submissions: list[Path | str], out_dir: P
           jobs: int = 1, cell_timeout: float = 30.0, timeout: float = 300.0,
           progress: bool = True) -> list[SubmissionResult]:
     """Grade ``submissions`` (files or folders) and write the reports into ``out_dir``."""
-    from .report import write_reports
-
     instructor = read(instructor_path)
     validate(instructor)
     checks = [Check(grade_id(c), float(c.metadata["nbgrader"]["points"]), hidden_lines(c.source))

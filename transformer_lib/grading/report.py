@@ -17,10 +17,8 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .scoring import Check, SubmissionResult
+from .scoring import Check, SubmissionResult, zeros
 
 MAX_MESSAGE = 2000
 
@@ -57,8 +55,6 @@ def feedback_markdown(result: SubmissionResult) -> str:
 
 def write_reports(out_dir: Path, results: list[SubmissionResult], checks: list[Check]) -> None:
     """Write the per-submission files, then grades.csv, into ``out_dir``."""
-    from .scoring import zeros
-
     out_dir.mkdir(parents=True, exist_ok=True)
     for r in results:
         try:

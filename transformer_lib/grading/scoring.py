@@ -116,7 +116,7 @@ def score(run: RunResult, checks: list[Check], reference: dict[str, Records],
                 mismatches.append(f"{check.grade_id} ({mismatch})")
             else:
                 got, message = check.points, "passed"
-        results.append(CheckResult(check.grade_id, got, check.points, redact(message, check.hidden)))
+        results.append(CheckResult(check.grade_id, got, check.points, message))
     if mismatches:
         notes.append(f"the results recorded by {len(mismatches)} check(s) do not match the instructor's, "
                      f"so they score 0 (were the checks replaced?): {mismatches[0]}"
@@ -125,6 +125,7 @@ def score(run: RunResult, checks: list[Check], reference: dict[str, Records],
 
 
 def redact(text: str, hidden: list[str]) -> str:
-    """Remove any line that quotes the hidden tests' source (a second line of defence)."""
+    """Remove any line that quotes the hidden tests' source (a second line of defence, applied
+    by :func:`~transformer_lib.grading.grade.grade` to every message and note it reports)."""
     keep = [line for line in text.splitlines() if not any(h in line for h in hidden if len(h) >= 8)]
     return "\n".join(keep)
