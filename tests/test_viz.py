@@ -23,12 +23,15 @@ def _restore_rc():
 
 
 def _contrast(c1, c2):
-    def lum(c):
-        r, g, b = (x / 12.92 if x <= 0.04045 else ((x + 0.055) / 1.055) ** 2.4 for x in to_rgba(c)[:3])
-        return 0.2126 * r + 0.7152 * g + 0.0722 * b
+    return float(viz.contrast_ratio(to_rgba(c1), to_rgba(c2)))
 
-    a, b = sorted([lum(c1), lum(c2)], reverse=True)
-    return (a + 0.05) / (b + 0.05)
+
+def test_contrast_ratio_follows_wcag():
+    assert _contrast("black", "white") == pytest.approx(21.0)
+    assert _contrast("#777777", "#777777") == pytest.approx(1.0)
+    assert viz.contrast_ratio([[0, 0, 0], [1, 1, 1]], [1, 1, 1]) == pytest.approx([21.0, 1.0])
+    # mid grey #808080: luminance 0.2159, so about 3.95:1 on white
+    assert _contrast(viz.BOOK_GREY, "white") == pytest.approx(1.05 / (0.21586 + 0.05), rel=1e-3)
 
 
 def test_book_style_is_transparent_and_grey():

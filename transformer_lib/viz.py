@@ -23,8 +23,8 @@ from matplotlib.figure import Figure
 from transformer_lib._checks import require_int
 
 __all__ = [
-    "BOOK_GREY", "BOOK_CMAP", "book_rcparams", "use_book_style", "attention_heatmap", "head_grid",
-    "animation_html",
+    "BOOK_GREY", "BOOK_CMAP", "book_rcparams", "use_book_style", "relative_luminance", "contrast_ratio",
+    "attention_heatmap", "head_grid", "animation_html",
 ]
 
 BOOK_GREY = "#808080"
@@ -110,11 +110,27 @@ def _to_numpy(weights: Any, name: str = "weights") -> np.ndarray:
         raise TypeError(f"{name}: expected a tensor or array of numbers, got {type(weights).__name__}") from err
 
 
+def relative_luminance(rgb: Any) -> np.ndarray:
+    """WCAG relative luminance of sRGB colours with channels in [0, 1] (an alpha channel is
+    ignored): ``(…, 3) -> (…)``. Chapter 1."""
+    c = np.asarray(rgb, dtype=float)[..., :3]
+    c = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
+    return c @ np.array([0.2126, 0.7152, 0.0722])
+
+
+def contrast_ratio(a: Any, b: Any) -> np.ndarray:
+    """WCAG contrast ratio, from 1 to 21, of sRGB colours in [0, 1]: ``(…, 3), (…, 3) -> (…)``.
+
+    3:1 is the level the book asks of its figures' ink on both the light and the dark page.
+    Chapter 1.
+    """
+    la, lb = relative_luminance(a), relative_luminance(b)
+    return (np.maximum(la, lb) + 0.05) / (np.minimum(la, lb) + 0.05)
+
+
 def _text_colour(rgba: Sequence[float]) -> str:
     """Black or white, whichever contrasts more with a cell colour (relative luminance)."""
-    r, g, b = (c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgba[:3])
-    lum = 0.2126 * r + 0.7152 * g + 0.0722 * b
-    return "black" if lum > 0.179 else "white"
+    return "black" if relative_luminance(rgba) > 0.179 else "white"
 
 
 def attention_heatmap(

@@ -201,23 +201,6 @@ def parse_rgb(css: str) -> tuple[int, int, int]:
     return nums[0], nums[1], nums[2]
 
 
-def _luminance(rgb):
-    """WCAG relative luminance of sRGB values in [0, 255] (last axis: R, G, B)."""
-    import numpy as np
-
-    c = np.asarray(rgb, dtype=float) / 255.0
-    c = np.where(c <= 0.03928, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
-    return c[..., 0] * 0.2126 + c[..., 1] * 0.7152 + c[..., 2] * 0.0722
-
-
-def contrast(rgb_a, rgb_b):
-    """WCAG contrast ratio between two colours (1 to 21)."""
-    import numpy as np
-
-    la, lb = _luminance(rgb_a), _luminance(rgb_b)
-    return (np.maximum(la, lb) + 0.05) / (np.minimum(la, lb) + 0.05)
-
-
 def ink_on_background(png: bytes, background: tuple[int, int, int]) -> tuple[int, float]:
     """(number of ink pixels, share of them with contrast >= 3 against `background`).
 
@@ -242,3 +225,12 @@ def ink_on_background(png: bytes, background: tuple[int, int, int]) -> tuple[int
     if not ink.any():
         return 0, 1.0
     return int(ink.sum()), float((contrast(rgb[ink], background) >= 3).mean())
+
+
+def contrast(rgb_a, rgb_b):
+    """WCAG contrast ratio (1 to 21) of colours with channels in [0, 255]."""
+    import numpy as np
+
+    from transformer_lib.viz import contrast_ratio
+
+    return contrast_ratio(np.asarray(rgb_a, dtype=float) / 255, np.asarray(rgb_b, dtype=float) / 255)
