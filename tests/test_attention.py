@@ -6,6 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from torch_helpers import rand
 from transformer_lib.data import running_example
 from transformer_lib.attention import (
     SelfAttention,
@@ -21,11 +22,6 @@ from transformer_lib.attention import (
 TOL = dict(atol=1e-6, rtol=1e-6)
 TIGHT = dict(atol=1e-12, rtol=1e-12)  # float64 against torch: only rounding differs
 D64 = torch.float64
-
-
-def rand(*shape, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g, dtype=D64)
 
 
 # ------------------------------------------------------------------ softmax

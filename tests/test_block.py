@@ -6,26 +6,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from torch_helpers import rand, randomize
 from transformer_lib.attention import causal_mask
 from transformer_lib.block import MLP, LayerNorm, RMSNorm, TransformerBlock
 
 TOL = dict(atol=1e-6, rtol=1e-6)
 D64 = torch.float64
-
-
-def rand(*shape, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g, dtype=D64)
-
-
-def randomize(module, seed=0):
-    """Random values for every parameter (norm gains stay near 1), so that copying each one,
-    biases included, is actually tested: torch initialises biases and norm shifts to 0."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.5 + (p == 1).to(p.dtype))
-    return module
 
 
 # ------------------------------------------------------------------ norms

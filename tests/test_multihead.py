@@ -4,6 +4,7 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
+from torch_helpers import rand, randomize
 from transformer_lib.data import running_example
 from transformer_lib.attention import causal_mask, scaled_dot_product_attention
 from transformer_lib.multihead import MultiHeadAttention, merge_heads, split_heads
@@ -12,24 +13,9 @@ TOL = dict(atol=1e-6, rtol=1e-6)
 D64 = torch.float64
 
 
-def rand(*shape, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return torch.randn(*shape, generator=g, dtype=D64)
-
-
 def make(d, h, seed=0, **kw):
     torch.manual_seed(seed)
     return MultiHeadAttention(d, h, **kw).double().eval()
-
-
-def randomize(module, seed=0):
-    """Random values for every parameter, biases included: torch zero-initialises
-    ``in_proj_bias`` and ``out_proj.bias``, so copying the wrong bias slice would go unseen."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in module.parameters():
-            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype) * 0.5)
-    return module
 
 
 # ------------------------------------------------------------------ split / merge
