@@ -17,7 +17,8 @@ import torch
 
 from repo_paths import REPO
 from submissions.helpers import run_inprocess
-from transformer_lib.grading import _checks_attention, _checktools, checks
+from transformer_lib.grading import _checktools, checks
+from transformer_lib.grading.checks import ch01_embeddings, ch02_attention
 from transformer_lib.grading._checktools import RECORD_ENV, record
 from transformer_lib.grading.fresh import loader, use_fresh_checks
 from transformer_lib.grading.grade import CheckResult, SubmissionResult
@@ -192,8 +193,8 @@ def test_check_cells_load_fresh_checks_and_still_pass_on_the_solutions():
 
 
 def test_no_module_level_helper_computes_an_answer():
-    for module, name in [(checks, "_hand"), (checks, "_nw_reference"), (_checks_attention, "_weights"),
-                         (_checks_attention, "_score_variance")]:
+    for module, name in [(ch02_attention, "_hand"), (ch01_embeddings, "_nw_reference"),
+                         (ch02_attention, "_weights"), (ch02_attention, "_score_variance")]:
         assert not hasattr(module, name), f"{module.__name__}.{name}"
 
 

@@ -203,6 +203,11 @@ def call(fn: Any, *args: Any, what: str, banned: tuple[str, ...] = (), lookups: 
     return result
 
 
+def seeded(seed: int, *shape: int, scale: float = 1.0) -> torch.Tensor:
+    """A float64 tensor of N(0, scale²) entries from its own generator: a check's default input."""
+    return scale * torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
 def ok(message: str) -> None:
     """Print the one-line success message of a check."""
     print(f"✓ {message}")

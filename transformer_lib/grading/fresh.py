@@ -1,8 +1,8 @@
 """A fresh copy of the checks for every check cell the grader runs.
 
 In each check cell of a prepared notebook, :func:`use_fresh_checks` replaces the line
-``from transformer_lib.grading import checks`` by code that executes ``checks.py`` and its helper
-modules from their files into new module objects, under a package name random per grading run,
+``from transformer_lib.grading import checks`` by code that executes the ``checks`` package and its helper
+module from their files into new module objects, under a package name random per grading run,
 instead of importing them. Whatever the notebook did before (re-pointing ``checks.check_*``,
 replacing ``sys.modules`` entries, patching the helpers' attributes) therefore does not reach
 the check cell. (It is a deterrent, like everything inside the kernel: the grader's real
@@ -20,11 +20,18 @@ from nbformat import NotebookNode
 from .notebook import IMPORT_CHECKS, is_check
 
 FOLDER = Path(__file__).resolve().parent
-FILES = ("_checktools", "_checks_attention", "checks")  # in the order they import each other
+
+
+def files() -> tuple[str, ...]:
+    """The checks' files in the order they import each other: the shared helpers, each
+    chapter's module, then the package that gathers them."""
+    chapters = sorted(p.stem for p in (FOLDER / "checks").glob("ch[0-9]*.py"))
+    return ("_checktools", *(f"checks.{stem}" for stem in chapters), "checks")
 
 
 def _grading_fresh_checks(folder: str, name: str, files: tuple[str, ...]):  # noqa: ANN202
-    """Execute ``files`` from ``folder`` as new submodules of a new package ``name``; return the last.
+    """Execute ``files`` (dotted names under ``folder``; a name with submodules is a package,
+    read from its ``__init__.py``) as new modules under a new package ``name``; return the last.
 
     This function's source is copied into check cells, so it imports what it needs itself. The
     modules are in ``sys.modules`` only while they load (for their relative imports).
@@ -36,9 +43,13 @@ def _grading_fresh_checks(folder: str, name: str, files: tuple[str, ...]):  # no
     package.__path__ = [folder]
     modules = {name: package}
     try:
-        for stem in files:
-            module = types.ModuleType(f"{name}.{stem}")
-            module.__file__, module.__package__ = f"{folder}/{stem}.py", name
+        for dotted in files:
+            module = types.ModuleType(f"{name}.{dotted}")
+            path = f"{folder}/{dotted.replace('.', '/')}"
+            if any(f.startswith(dotted + ".") for f in files):  # a package
+                module.__path__, module.__package__, module.__file__ = [path], module.__name__, f"{path}/__init__.py"
+            else:
+                module.__package__, module.__file__ = module.__name__.rpartition(".")[0], f"{path}.py"
             modules[module.__name__] = module
             sys.modules.update(modules)
             with open(module.__file__, encoding="utf-8") as fh:
@@ -51,7 +62,7 @@ def _grading_fresh_checks(folder: str, name: str, files: tuple[str, ...]):  # no
 
 def loader(name: str, indent: str = "") -> str:
     """The code that binds ``checks`` to a fresh copy of the checks (package ``name``)."""
-    call = f"checks = _grading_fresh_checks({str(FOLDER)!r}, {name!r}, {FILES!r})"
+    call = f"checks = _grading_fresh_checks({str(FOLDER)!r}, {name!r}, {files()!r})"
     code = f"{inspect.getsource(_grading_fresh_checks)}{call}\ndel _grading_fresh_checks"
     return "\n".join(indent + line if line else line for line in code.splitlines())
 

@@ -1,13 +1,7 @@
-"""Checks called by the exercise notebooks (chapters 1 and 2).
+"""Checks for the chapter 1 exercises: embedding lookup, Nadaraya–Watson, fixed mixing.
 
-Each ``check_*`` function runs the student's function (or takes the student's values),
-computes its own reference, inside the function, from first principles or from ``torch``,
-compares with explicit tolerances and, on failure, raises an ``AssertionError``
-(:class:`~transformer_lib.grading._checktools.CheckFailed`) naming the likely misconception.
-Checks on inputs the student may not know show expected vs actual; checks of answers worked out
-by hand name the wrong entries and the student's values, not the expected ones. On success a
-check prints one ``✓`` line. Called with no inputs it uses the visible example; the hidden tests
-of the instructor notebooks pass other inputs.
+Each check computes its reference inside the function; no helper here computes an answer.
+Chapter 1.
 """
 from __future__ import annotations
 
@@ -17,19 +11,12 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ._checks_attention import (check_attention, check_masked_attention, check_score_range,
-                                check_score_std, check_stable_softmax, check_variance_divided_by_dk)
-from ._checktools import (CheckFailed, as_array, call, check_finite, check_shape, close, fail, ok, record,
-                          typename, unpack_pair)
+from .._checktools import (seeded, CheckFailed, as_array, call, check_finite, check_shape, close, fail, ok, record,
+                           typename, unpack_pair)
 
 __all__ = ["check_embedding_lookup", "check_nadaraya_watson", "check_accepted_set_sizes",
-           "check_fixed_mixing_answer", "check_hand_qkv", "check_hand_scores", "check_hand_weights", "check_stable_softmax",
-           "check_attention", "check_masked_attention", "check_score_std", "check_score_range",
-           "check_variance_divided_by_dk"]
+           "check_fixed_mixing_answer"]
 
-
-def _seeded(seed: int, *shape: int, scale: float = 1.0) -> torch.Tensor:
-    return scale * torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
 
 # ---------------------------------------------------------------- Chapter 1
@@ -40,7 +27,7 @@ def check_embedding_lookup(fn: Callable, ids: torch.Tensor | None = None,
     computed as a matrix product: row lookups (indexing, ``F.embedding``, ``index_select``,
     ``gather``) are switched off while ``fn`` runs. Chapter 1."""
     ids = torch.tensor([2, 0, 4, 2]) if ids is None else ids
-    W_E = _seeded(0, 5, 3).float() if W_E is None else W_E
+    W_E = seeded(0, 5, 3).float() if W_E is None else W_E
     expected = W_E[ids].double().numpy()
     got = as_array(call(fn, ids.clone(), W_E.clone(), what="embed_via_one_hot(ids, W_E)", lookups=True),
                    "the embeddings")
@@ -106,7 +93,7 @@ def check_accepted_set_sizes(fn: Callable, W: torch.Tensor | None = None,
 
     The reference tries the product for each size, with a set X of shape (size, 3).
     """
-    W = _seeded(1, 4, 4) if W is None else W
+    W = seeded(1, 4, 4) if W is None else W
     sizes = [2, 3, 4, 5, 8] if sizes is None else sizes
     expected = []
     for s in sizes:
@@ -157,72 +144,3 @@ def check_fixed_mixing_answer(answer: Any) -> None:
     if options[choice]:
         raise CheckFailed(f"({choice}) is not right: {options[choice]}")
     ok("(b): Y = W X needs exactly n rows, and W's weights belong to positions, not to tokens")
-
-
-# ---------------------------------------------------------------- Chapter 2: by hand
-
-_X = torch.tensor([[1, 0, 1, 1], [0, 1, 1, 0], [1, 1, 0, 1]], dtype=torch.float64)  # the exercise's data
-_W_Q = torch.tensor([[1, 0], [0, 1], [1, 0], [0, 1]], dtype=torch.float64)
-_W_K = torch.tensor([[0, 1], [1, 0], [0, 1], [1, 1]], dtype=torch.float64)
-_W_V = _W_Q.clone()
-
-
-def _compare_hand(name: str, got: np.ndarray, expected: torch.Tensor, atol: float,
-                  hints: dict[str, torch.Tensor]) -> None:
-    """Fail naming the misconception and the wrong entries (with the student's values), never
-    the expected values: the student works them out by hand."""
-    expected = expected.numpy()
-    if got.shape == expected.shape[::-1] != expected.shape:
-        raise CheckFailed(f"{name} is transposed: tokens are rows, so {name} has shape {expected.shape}, "
-                          f"one row per token (got {got.shape})")
-    check_shape(got, expected.shape, name)
-    if close(got, expected, atol, 0.0):
-        return
-    hint = next((h for h, variant in hints.items() if close(got, variant.numpy(), atol, 0.0)),
-                f"these entries are off by more than {atol:g}")
-    wrong = np.argwhere(~(np.abs(got - expected) <= atol))
-    entries = ", ".join(f"{name}[{', '.join(map(str, pos))}] = {got[tuple(pos)]:.4g}" for pos in wrong[:9])
-    raise CheckFailed(f"{name}: {hint}\n  wrong entries ({len(wrong)} of {got.size}), your values: {entries}")
-
-
-def check_hand_qkv(Q: Any, K: Any, V: Any) -> None:
-    """The practice problem's ``Q = X W_Q``, ``K = X W_K``, ``V = X W_V`` (3×2 each). Chapter 2."""
-    q, k, v = _X @ _W_Q, _X @ _W_K, _X @ _W_V
-    got = {n: as_array(m, n) for n, m in (("Q", Q), ("K", K), ("V", V))}
-    record("hand_qkv", got, atol=1e-9)
-    swapped = "Q and K are swapped: Q = X W_Q, K = X W_K"
-    _compare_hand("Q", got["Q"], q, 1e-9, {swapped: k})
-    _compare_hand("K", got["K"], k, 1e-9, {swapped: q})
-    _compare_hand("V", got["V"], v, 1e-9, {"V = X W_V (here W_V = W_Q)": k})
-    ok("Q, K and V of the practice problem are right")
-
-
-def check_hand_scores(S: Any) -> None:
-    """The practice problem's raw scores ``S = Q Kᵀ`` (3×3). Chapter 2."""
-    q, k = _X @ _W_Q, _X @ _W_K
-    s, d_k = q @ k.T, q.shape[-1]
-    got = as_array(S, "S")
-    record("hand_scores", {"S": got}, atol=1e-9)
-    _compare_hand("S", got, s, 1e-9, {
-        "S looks transposed: s_ij = q_i · k_j, so S = Q Kᵀ (row i belongs to query i), not K Qᵀ": s.T,
-        "S is the raw score matrix Q Kᵀ; the 1/√d_k scaling comes in the next step": s / math.sqrt(d_k),
-        "the keys are K = X W_K, not Q (Q Qᵀ is symmetric)": q @ q.T})
-    ok("S = Q Kᵀ of the practice problem is right (note s_12 ≠ s_21: S is not symmetric)")
-
-
-def check_hand_weights(A: Any, Z: Any) -> None:
-    """The practice problem's ``A = softmax(S/√d_k)`` and ``Z = A V`` to 3 decimals. Chapter 2."""
-    q, k, v, atol = _X @ _W_Q, _X @ _W_K, _X @ _W_V, 5e-3
-    s, d_k = q @ k.T, q.shape[-1]
-    a = torch.softmax(s / math.sqrt(d_k), dim=-1)
-    got_a, got_z = as_array(A, "A"), as_array(Z, "Z")
-    record("hand_weights", {"A": got_a, "Z": got_z}, atol=atol)
-    _compare_hand("A", got_a, a, atol, {
-        f"did you forget to divide the scores by √d_k = √{d_k} before the softmax?": torch.softmax(s, -1),
-        f"divide the scores by √d_k = √{d_k} ≈ {math.sqrt(d_k):.3f}, not by d_k = {d_k}": torch.softmax(s / d_k, -1),
-        "columns sum to 1 instead of rows — did you take the softmax over the wrong axis?":
-            torch.softmax(s / math.sqrt(d_k), 0),
-        "A looks transposed: row i holds query i's weights over the keys": a.T})
-    _compare_hand("Z", got_z, a @ v, atol, {"Z = A V: the weights multiply V from the left": a.T @ v,
-                                            "Z uses the values V, not the keys K": a @ k})
-    ok(f"A = softmax(S/√{d_k}) and Z = A V of the practice problem are right (to {atol})")

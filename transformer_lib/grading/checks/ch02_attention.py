@@ -1,23 +1,26 @@
-"""Checks for the chapter 2 exercises written as functions: softmax, attention, √d_k.
+"""Checks for the chapter 2 exercises: the practice problem by hand, the stable softmax,
+attention from scratch, and the √d_k questions.
 
-Imported into :mod:`transformer_lib.grading.checks`, which is where notebooks call them. Each
-check computes its reference inside the function: no helper here computes an answer.
+Each check computes its reference inside the function; no helper here computes an answer.
+Chapter 2.
 """
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ._checktools import (_ATTENTIONS, _SOFTMAXES, as_array, call, check_finite, check_shape, close,
+from .._checktools import (seeded, _ATTENTIONS, _SOFTMAXES, CheckFailed, as_array, call, check_finite, check_shape,
+                           close,
                           fail, ok, record, unpack_pair)
 
+__all__ = ["check_hand_qkv", "check_hand_scores", "check_hand_weights", "check_stable_softmax",
+           "check_attention", "check_masked_attention", "check_score_std", "check_score_range",
+           "check_variance_divided_by_dk"]
 
-def _seeded(seed: int, *shape: int, scale: float = 1.0) -> torch.Tensor:
-    return scale * torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
 
 
 def check_stable_softmax(fn: Callable, x: torch.Tensor | None = None, dim: int = -1) -> None:
@@ -108,9 +111,9 @@ def _check_attention(fn: Callable, q, k, v, mask, label: str) -> None:
 def check_attention(fn: Callable, q: torch.Tensor | None = None, k: torch.Tensor | None = None,
                     v: torch.Tensor | None = None) -> None:
     """``fn(Q (…, n, d_k), K (…, m, d_k), V (…, m, d_v)) -> (Z (…, n, d_v), A (…, n, m))``. Chapter 2."""
-    q = _seeded(10, 4, 8, scale=1.5) if q is None else q
-    k = _seeded(11, 4, 8, scale=1.5) if k is None else k
-    v = _seeded(12, 4, 3) if v is None else v
+    q = seeded(10, 4, 8, scale=1.5) if q is None else q
+    k = seeded(11, 4, 8, scale=1.5) if k is None else k
+    v = seeded(12, 4, 3) if v is None else v
     _check_attention(fn, q, k, v, None, "attention")
     ok(f"attention matches softmax(Q Kᵀ/√d_k) and torch's scaled_dot_product_attention for "
        f"Q {tuple(q.shape)}, K {tuple(k.shape)}, V {tuple(v.shape)} (atol 1e-6)")
@@ -119,9 +122,9 @@ def check_attention(fn: Callable, q: torch.Tensor | None = None, k: torch.Tensor
 def check_masked_attention(fn: Callable, q: torch.Tensor | None = None, k: torch.Tensor | None = None,
                            v: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> None:
     """``fn(Q, K, V, mask=mask)`` with a bool mask (True = may attend), e.g. causal. Chapter 2."""
-    q = _seeded(20, 5, 4, scale=1.5) if q is None else q
-    k = _seeded(21, 5, 4, scale=1.5) if k is None else k
-    v = _seeded(22, 5, 3) if v is None else v
+    q = seeded(20, 5, 4, scale=1.5) if q is None else q
+    k = seeded(21, 5, 4, scale=1.5) if k is None else k
+    v = seeded(22, 5, 3) if v is None else v
     mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril() if mask is None else mask
     _check_attention(fn, q, k, v, mask, "masked_attention")
     ok(f"masked attention: weights are 0 where the mask is False, rows sum to 1, output matches "
@@ -188,3 +191,72 @@ def check_variance_divided_by_dk(fn: Callable, d_ks: list[int] | None = None) ->
             lambda d: d * _TERM / d**3})
     ok(f"variance_divided_by_dk: dividing by d_k leaves variance 1/d_k (nearly uniform attention), "
        f"d_k in {d_ks}")
+
+
+# ---------------------------------------------------------------- Chapter 2: by hand
+
+_X = torch.tensor([[1, 0, 1, 1], [0, 1, 1, 0], [1, 1, 0, 1]], dtype=torch.float64)  # the exercise's data
+_W_Q = torch.tensor([[1, 0], [0, 1], [1, 0], [0, 1]], dtype=torch.float64)
+_W_K = torch.tensor([[0, 1], [1, 0], [0, 1], [1, 1]], dtype=torch.float64)
+_W_V = _W_Q.clone()
+
+
+def _compare_hand(name: str, got: np.ndarray, expected: torch.Tensor, atol: float,
+                  hints: dict[str, torch.Tensor]) -> None:
+    """Fail naming the misconception and the wrong entries (with the student's values), never
+    the expected values: the student works them out by hand."""
+    expected = expected.numpy()
+    if got.shape == expected.shape[::-1] != expected.shape:
+        raise CheckFailed(f"{name} is transposed: tokens are rows, so {name} has shape {expected.shape}, "
+                          f"one row per token (got {got.shape})")
+    check_shape(got, expected.shape, name)
+    if close(got, expected, atol, 0.0):
+        return
+    hint = next((h for h, variant in hints.items() if close(got, variant.numpy(), atol, 0.0)),
+                f"these entries are off by more than {atol:g}")
+    wrong = np.argwhere(~(np.abs(got - expected) <= atol))
+    entries = ", ".join(f"{name}[{', '.join(map(str, pos))}] = {got[tuple(pos)]:.4g}" for pos in wrong[:9])
+    raise CheckFailed(f"{name}: {hint}\n  wrong entries ({len(wrong)} of {got.size}), your values: {entries}")
+
+
+def check_hand_qkv(Q: Any, K: Any, V: Any) -> None:
+    """The practice problem's ``Q = X W_Q``, ``K = X W_K``, ``V = X W_V`` (3×2 each). Chapter 2."""
+    q, k, v = _X @ _W_Q, _X @ _W_K, _X @ _W_V
+    got = {n: as_array(m, n) for n, m in (("Q", Q), ("K", K), ("V", V))}
+    record("hand_qkv", got, atol=1e-9)
+    swapped = "Q and K are swapped: Q = X W_Q, K = X W_K"
+    _compare_hand("Q", got["Q"], q, 1e-9, {swapped: k})
+    _compare_hand("K", got["K"], k, 1e-9, {swapped: q})
+    _compare_hand("V", got["V"], v, 1e-9, {"V = X W_V (here W_V = W_Q)": k})
+    ok("Q, K and V of the practice problem are right")
+
+
+def check_hand_scores(S: Any) -> None:
+    """The practice problem's raw scores ``S = Q Kᵀ`` (3×3). Chapter 2."""
+    q, k = _X @ _W_Q, _X @ _W_K
+    s, d_k = q @ k.T, q.shape[-1]
+    got = as_array(S, "S")
+    record("hand_scores", {"S": got}, atol=1e-9)
+    _compare_hand("S", got, s, 1e-9, {
+        "S looks transposed: s_ij = q_i · k_j, so S = Q Kᵀ (row i belongs to query i), not K Qᵀ": s.T,
+        "S is the raw score matrix Q Kᵀ; the 1/√d_k scaling comes in the next step": s / math.sqrt(d_k),
+        "the keys are K = X W_K, not Q (Q Qᵀ is symmetric)": q @ q.T})
+    ok("S = Q Kᵀ of the practice problem is right (note s_12 ≠ s_21: S is not symmetric)")
+
+
+def check_hand_weights(A: Any, Z: Any) -> None:
+    """The practice problem's ``A = softmax(S/√d_k)`` and ``Z = A V`` to 3 decimals. Chapter 2."""
+    q, k, v, atol = _X @ _W_Q, _X @ _W_K, _X @ _W_V, 5e-3
+    s, d_k = q @ k.T, q.shape[-1]
+    a = torch.softmax(s / math.sqrt(d_k), dim=-1)
+    got_a, got_z = as_array(A, "A"), as_array(Z, "Z")
+    record("hand_weights", {"A": got_a, "Z": got_z}, atol=atol)
+    _compare_hand("A", got_a, a, atol, {
+        f"did you forget to divide the scores by √d_k = √{d_k} before the softmax?": torch.softmax(s, -1),
+        f"divide the scores by √d_k = √{d_k} ≈ {math.sqrt(d_k):.3f}, not by d_k = {d_k}": torch.softmax(s / d_k, -1),
+        "columns sum to 1 instead of rows — did you take the softmax over the wrong axis?":
+            torch.softmax(s / math.sqrt(d_k), 0),
+        "A looks transposed: row i holds query i's weights over the keys": a.T})
+    _compare_hand("Z", got_z, a @ v, atol, {"Z = A V: the weights multiply V from the left": a.T @ v,
+                                            "Z uses the values V, not the keys K": a @ k})
+    ok(f"A = softmax(S/√{d_k}) and Z = A V of the practice problem are right (to {atol})")
