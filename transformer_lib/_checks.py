@@ -114,3 +114,18 @@ def require_ids(name: str, ids: object, n: int, label: str | None = None) -> Ten
         bound = f"{label}={n}" if label else str(n)
         raise ValueError(f"{name}: expected values in [0, {bound}), got min {lo} and max {hi}")
     return ids
+
+
+def require_positions(name: str, positions: object, batch: int, n: int) -> Tensor:
+    """Integer positions ``>= 0`` of shape ``(n,)``, ``(1, n)`` or ``(batch, n)``, returned
+    as ``(batch, n)`` (one row of positions per sequence, like Hugging Face's position_ids)."""
+    require_tensor(name, positions)
+    if positions.dtype not in ID_DTYPES:
+        raise TypeError(f"{name}: expected an integer dtype (torch.long or torch.int32), "
+                        f"got {positions.dtype}")
+    if tuple(positions.shape) not in ((n,), (1, n), (batch, n)):
+        raise ValueError(f"{name}: expected shape (batch, n) = ({batch}, {n}) or (n,) = ({n},), "
+                         f"got {tuple(positions.shape)}")
+    if positions.numel() and int(positions.min()) < 0:
+        raise ValueError(f"{name}: expected values >= 0, got min {int(positions.min())}")
+    return positions.reshape(-1, n).expand(batch, n)

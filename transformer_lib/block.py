@@ -54,7 +54,8 @@ class LayerNorm(nn.Module):
 
 class RMSNorm(nn.Module):
     """``γ ⊙ h / √(mean(h²) + ε)``: LayerNorm without centring and without β (LLaMA).
-    ``(…, d) -> (…, d)``. Chapter 3.
+    ``(…, d) -> (…, d)``. As in LLaMA, half-precision inputs are normalised in float32 (their
+    squares can overflow float16) and the result is returned in the input's dtype. Chapter 3.
     """
 
     def __init__(self, d: int, eps: float = 1e-6):
@@ -65,7 +66,9 @@ class RMSNorm(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """Rescale each token to unit root mean square: ``(…, d) -> (…, d)``. Chapter 3."""
         require_width("x", x, self.d)
-        return x * torch.rsqrt((x * x).mean(dim=-1, keepdim=True) + self.eps) * self.weight
+        h = x.to(torch.promote_types(x.dtype, torch.float32))  # float16/bfloat16 -> float32
+        h = h * torch.rsqrt((h * h).mean(dim=-1, keepdim=True) + self.eps)
+        return h.to(x.dtype) * self.weight.to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.d}, eps={self.eps}"
@@ -118,7 +121,8 @@ class TransformerBlock(nn.Module):
 
     ``(batch, n, d_model) -> (batch, n, d_model)`` (unbatched ``(n, d_model)`` works too).
     ``residual=False`` drops both skip connections (``x1 = Attn(LN1(x))`` etc.), for the
-    Chapter 4 experiments. Other keywords are passed to ``MultiHeadAttention`` and ``MLP``.
+    Chapter 4 experiments. Other keywords are passed to ``MultiHeadAttention`` (``rope_base``
+    is RoPE's θ) and ``MLP``.
 
     Chapters 3–4.
     """
@@ -136,6 +140,7 @@ class TransformerBlock(nn.Module):
         norm: str = "layernorm",
         n_kv_heads: int | None = None,
         rope: bool = False,
+        rope_base: float = 10000.0,
         alibi: bool = False,
         norm_eps: float = 1e-5,
         residual: bool = True,
@@ -145,7 +150,8 @@ class TransformerBlock(nn.Module):
         require_bool("residual", residual)
         self.d_model, self.norm_first, self.residual = d_model, norm_first, residual
         self.attn = MultiHeadAttention(d_model, n_heads, bias=bias, causal=causal,
-                                       n_kv_heads=n_kv_heads, rope=rope, alibi=alibi)
+                                       n_kv_heads=n_kv_heads, rope=rope, rope_base=rope_base,
+                                       alibi=alibi)
         self.norm1 = make_norm(norm, d_model, norm_eps, bias)
         self.mlp = MLP(d_model, d_ff, activation, bias)
         self.norm2 = make_norm(norm, d_model, norm_eps, bias)
@@ -156,8 +162,10 @@ class TransformerBlock(nn.Module):
         mask: Tensor | None = None,
         cache: dict | None = None,
         return_stream: bool = False,
+        positions: Tensor | None = None,
     ) -> Tensor | tuple[Tensor, list[Tensor]]:
-        """``(b, n, d) -> (b, n, d)``; ``mask`` and ``cache`` go to the attention.
+        """``(b, n, d) -> (b, n, d)``; ``mask``, ``cache`` and ``positions`` (b, n) go to the
+        attention.
 
         With ``return_stream=True`` returns ``(out, [attn_write, mlp_write])``: each write is
         the sub-layer's output, the ``f(·)`` of ``x + f(·)``, before it meets the residual.
@@ -169,12 +177,12 @@ class TransformerBlock(nn.Module):
         require_width("x", x, self.d_model)
         skip = (lambda h: h) if self.residual else (lambda h: torch.zeros_like(h))
         if self.norm_first:
-            a = self.attn(self.norm1(x), mask=mask, cache=cache)
+            a = self.attn(self.norm1(x), mask=mask, cache=cache, positions=positions)
             x1 = skip(x) + a
             m = self.mlp(self.norm2(x1))
             out = skip(x1) + m
         else:
-            a = self.attn(x, mask=mask, cache=cache)
+            a = self.attn(x, mask=mask, cache=cache, positions=positions)
             x1 = self.norm1(skip(x) + a)
             m = self.mlp(x1)
             out = self.norm2(skip(x1) + m)

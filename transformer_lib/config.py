@@ -30,7 +30,8 @@ class ModelConfig:
     - `norm`: 'layernorm' | 'rmsnorm'; `norm_first` (pre-norm) or post-norm; `norm_eps`;
     - `bias`: biases in every linear layer (and LayerNorm); `tied_embeddings`: the
       unembedding reuses the token embedding matrix;
-    - `positional`: 'learned' | 'sinusoidal' | 'rope' | 'alibi' | 'none';
+    - `positional`: 'learned' | 'sinusoidal' | 'rope' | 'alibi' | 'none'; `rope_base`: RoPE's
+      base θ (Hugging Face's `rope_theta`: 10000 in LLaMA-2, 500000 in LLaMA-3);
     - `causal`: decoder (True) or bidirectional encoder (False);
     - BERT extras: `n_token_types` (segment embeddings, 0 = none), `embedding_norm` (a norm
       right after the embeddings), `final_norm` (a norm after the last block), `pooler`
@@ -59,6 +60,7 @@ class ModelConfig:
     final_norm: bool = True
     pooler: bool = False
     lm_head: bool = True
+    rope_base: float = 10000.0
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "n_ctx", "d_model", "n_layers", "n_heads"):
@@ -73,6 +75,7 @@ class ModelConfig:
         for name in FLAGS:
             require_bool(name, getattr(self, name))
         require_positive("norm_eps", self.norm_eps)
+        require_positive("rope_base", self.rope_base)
         require_choice("mlp", self.mlp, MLP_KINDS)
         require_choice("norm", self.norm, NORM_KINDS)
         require_choice("positional", self.positional, POSITIONAL_KINDS)

@@ -12,13 +12,12 @@ reusing the keys and values stored by each layer. Chapter 7.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-
 import torch
 from torch import Tensor, nn
 
-from transformer_lib._checks import (require_ids, require_instance, require_int, require_positive,
-                                     require_tensor)
+from transformer_lib import loading
+from transformer_lib._checks import (require_ids, require_instance, require_int, require_positions,
+                                     require_positive)
 from transformer_lib.block import TransformerBlock, make_norm
 from transformer_lib.config import ModelConfig
 from transformer_lib.positional import LearnedPositionalEmbedding, sinusoidal_encoding
@@ -68,7 +67,8 @@ class GPT(nn.Module):
             TransformerBlock(c.d_model, c.n_heads, c.d_ff, norm_first=c.norm_first,
                              activation=c.mlp, causal=True, bias=c.bias, norm=c.norm,
                              n_kv_heads=c.n_kv_heads, rope=c.positional == "rope",
-                             alibi=c.positional == "alibi", norm_eps=c.norm_eps)
+                             rope_base=c.rope_base, alibi=c.positional == "alibi",
+                             norm_eps=c.norm_eps)
             for _ in range(c.n_layers))
         self.norm_f = _make_norm(c) if c.final_norm else nn.Identity()
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
@@ -110,11 +110,15 @@ class GPT(nn.Module):
         k = cache[0].get("k")
         return 0 if k is None else k.shape[-2]
 
-    def forward(self, idx: Tensor, cache: Cache | None = None) -> Tensor:
+    def forward(self, idx: Tensor, cache: Cache | None = None,
+                positions: Tensor | None = None) -> Tensor:
         """Logits for the next token at every position: `(b, n) -> (b, n, V)`, `(n,) -> (n, V)`.
 
         `cache`: a list of `n_layers` dicts, empty at first, that the layers extend with the
-        keys and values of `idx`; positions then start after the cached ones. Chapter 7.
+        keys and values of `idx`; positions then start after the cached ones.
+        `positions`: integer positions `(b, n)` or `(n,)` of the tokens (Hugging Face's
+        `position_ids`), default `t, …, t + n − 1` after t cached tokens; below `n_ctx` for
+        learned and sinusoidal positions, any `>= 0` for RoPE and ALiBi. Chapter 7.
         """
         idx, unbatched = self._check_idx(idx)
         c, n = self.config, idx.shape[1]
@@ -122,14 +126,16 @@ class GPT(nn.Module):
         if t + n > c.n_ctx:
             where = f"n={n}" if t == 0 else f"{t} cached + {n} new = {t + n}"
             raise ValueError(f"idx: expected at most n_ctx={c.n_ctx} tokens, got {where}")
+        if positions is None:
+            positions = torch.arange(t, t + n, device=idx.device).expand(idx.shape[0], n)
+        positions = require_positions("positions", positions, idx.shape[0], n)    # (b, n)
         x = self.tok_emb(idx)                                        # (b, n, d)
-        if c.positional == "learned":
-            x = x + self.pos_emb(torch.arange(t, t + n, device=idx.device))
-        elif c.positional == "sinusoidal":
-            x = x + self.pos_enc[t:t + n]
+        if c.positional in ("learned", "sinusoidal"):
+            require_ids("positions", positions, c.n_ctx, "n_ctx")
+            x = x + (self.pos_emb(positions) if c.positional == "learned" else self.pos_enc[positions])
         x = self.emb_norm(x)
         for i, block in enumerate(self.blocks):
-            x = block(x, cache=None if cache is None else cache[i])  # (b, n, d)
+            x = block(x, cache=None if cache is None else cache[i], positions=positions)
         logits = self.lm_head(self.norm_f(x))                        # (b, n, V)
         return logits[0] if unbatched else logits
 
@@ -181,74 +187,30 @@ class GPT(nn.Module):
             idx = torch.cat([idx, next_id], dim=1)
         return idx[0] if unbatched else idx
 
-    # ------------------------------------------------------------------ GPT-2 weights
+    # ------------------------------------------------------------------ pretrained weights
     @classmethod
     def from_gpt2_state_dict(cls, state_dict: dict[str, Tensor], config: ModelConfig) -> "GPT":
         """A GPT holding the weights of a Hugging Face `GPT2LMHeadModel` (or `GPT2Model`).
 
-        Hugging Face's `Conv1D` stores weights as (in, out), the transpose of `nn.Linear`;
-        `attn.c_attn` packs Q, K, V along its output dimension; `lm_head` is tied to `wte`.
         `config` must describe GPT-2's layout (mlp='gelu_tanh' for `gelu_new`, LayerNorm with
-        biases, learned positions, tied embeddings). Chapter 7.
+        biases, learned positions, tied embeddings); `loading.gpt2_tensors` transposes the
+        `(in, out)` Conv1D weights and splits `c_attn` into Q, K, V. Chapter 7.
         """
-        _check_gpt2_config(config)
-        require_instance("state_dict", state_dict, Mapping, "a dict of tensors")
-        sd = {k.removeprefix("transformer."): v for k, v in state_dict.items()}
-        model = cls(config)
-        mapping = _gpt2_mapping(sd, config)
-        with torch.no_grad():
-            for name, param in model.named_parameters():  # tied lm_head appears once
-                if name not in mapping:
-                    raise ValueError(f"state_dict: no GPT-2 tensor maps to parameter {name!r}")
-                src, tensor = mapping[name]
-                if tensor.shape != param.shape:
-                    raise ValueError(f"state_dict[{src!r}]: expected shape {tuple(param.shape)} "
-                                     f"(from config), got {tuple(tensor.shape)}")
-                param.copy_(tensor)
-        return model
+        _check_decoder_config(config)
+        loading.check_gpt2_config(config)
+        tensors = loading.gpt2_tensors(state_dict, config)
+        return loading.copy_tensors(cls(config), tensors.__getitem__)
 
+    @classmethod
+    def from_llama_state_dict(cls, state_dict: dict[str, Tensor], config: ModelConfig) -> "GPT":
+        """A GPT holding the weights of a Hugging Face `LlamaForCausalLM` (or `LlamaModel`).
 
-def _check_gpt2_config(config: object) -> None:
-    """Reject configs whose layout differs from GPT-2's. Chapter 7."""
-    _check_decoder_config(config)
-    wanted = {"mlp": "gelu_tanh", "norm": "layernorm", "norm_first": True, "bias": True,
-              "tied_embeddings": True, "positional": "learned", "final_norm": True,
-              "embedding_norm": False}
-    for field, value in wanted.items():
-        if getattr(config, field) != value:
-            raise ValueError(f"config.{field}: GPT-2 weights need {value!r}, "
-                             f"got {getattr(config, field)!r}")
-    if config.n_kv_heads != config.n_heads or config.d_ff != 4 * config.d_model:
-        raise ValueError(f"config: GPT-2 weights need n_kv_heads=n_heads and d_ff=4·d_model, got "
-                         f"n_kv_heads={config.n_kv_heads}, d_ff={config.d_ff}")
-
-
-def _gpt2_mapping(sd: dict[str, Tensor], c: ModelConfig) -> dict[str, tuple[str, Tensor]]:
-    """Our parameter name -> (Hugging Face key, tensor in our layout). Chapter 7."""
-    def get(key: str) -> Tensor:
-        if key not in sd:
-            raise ValueError(f"state_dict: expected a GPT-2 key {key!r} "
-                             f"(with or without 'transformer.'), not found")
-        return require_tensor(f"state_dict[{key!r}]", sd[key])
-
-    out = {f"{ours}.{p}": (f"{theirs}.{p}", get(f"{theirs}.{p}"))
-           for ours, theirs, params in (("tok_emb", "wte", ("weight",)),
-                                        ("pos_emb", "wpe", ("weight",)),
-                                        ("norm_f", "ln_f", ("weight", "bias")))
-           for p in params}
-    for i in range(c.n_layers):
-        h, b = f"h.{i}.", f"blocks.{i}."
-        for ours, theirs in (("norm1", "ln_1"), ("norm2", "ln_2")):
-            for p in ("weight", "bias"):
-                out[f"{b}{ours}.{p}"] = (f"{h}{theirs}.{p}", get(f"{h}{theirs}.{p}"))
-        key = f"{h}attn.c_attn."
-        w = get(key + "weight")                                    # (d, 3d): x @ w = [q|k|v]
-        biases = get(key + "bias").split(c.d_model)
-        for name, wp, bp in zip("qkv", w.split(c.d_model, dim=-1), biases):
-            out[f"{b}attn.{name}_proj.weight"] = (key + "weight", wp.t())
-            out[f"{b}attn.{name}_proj.bias"] = (key + "bias", bp)
-        for ours, theirs in (("attn.out_proj", "attn.c_proj"), ("mlp.fc1", "mlp.c_fc"),
-                             ("mlp.fc2", "mlp.c_proj")):
-            out[f"{b}{ours}.weight"] = (f"{h}{theirs}.weight", get(f"{h}{theirs}.weight").t())
-            out[f"{b}{ours}.bias"] = (f"{h}{theirs}.bias", get(f"{h}{theirs}.bias"))
-    return out
+        `config` must give LLaMA's layout (mlp='swiglu', norm='rmsnorm', positional='rope')
+        and the numbers no tensor carries: `n_heads`, `n_kv_heads`, `norm_eps`
+        (`rms_norm_eps`) and `rope_base` (`rope_theta`). Tensor names and `(out, in)`
+        layouts: `loading.llama_tensors`. Chapters 7 and 9.
+        """
+        _check_decoder_config(config)
+        loading.check_llama_config(config)
+        source = loading.llama_tensors(state_dict, config)
+        return loading.copy_tensors(cls(config), source)

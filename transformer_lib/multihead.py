@@ -15,9 +15,9 @@ import torch
 from torch import Tensor, nn
 
 from transformer_lib._checks import (require_bool, require_instance, require_int, require_mask,
-                                     require_positive, require_tensor)
+                                     require_positions, require_positive, require_tensor)
 from transformer_lib.attention import causal_mask, scaled_dot_product_attention
-from transformer_lib.positional import alibi_bias, apply_rope
+from transformer_lib.positional import alibi_bias_at, apply_rope
 
 __all__ = ["split_heads", "merge_heads", "MultiHeadAttention"]
 
@@ -52,9 +52,10 @@ class MultiHeadAttention(nn.Module):
     - ``causal``: query i sees keys j ≤ i (bottom-right aligned with a cache). Chapter 7.
     - ``n_kv_heads``: grouped-query attention; each group of ``n_heads / n_kv_heads`` query
       heads shares one key/value head. ``n_kv_heads == n_heads`` is plain MHA. Chapter 9.
-    - ``rope``: rotate queries and keys by their positions (``positional.apply_rope``);
-      ``alibi``: add ``-slope·distance`` to the scores (``positional.alibi_bias``). Both
-      need self-attention (positions of queries and keys in one sequence). Chapter 6.
+    - ``rope``: rotate queries and keys by their positions (``positional.apply_rope``,
+      rotate-half pairing, base ``rope_base``, LLaMA's ``rope_theta``); ``alibi``: add
+      ``-slope·distance`` to the scores (``positional.alibi_bias_at``). Both need
+      self-attention (positions of queries and keys in one sequence). Chapter 6.
 
     Chapter 5.
     """
@@ -109,7 +110,8 @@ class MultiHeadAttention(nn.Module):
                 f"{name}: expected shape {want} with d_model={self.d_model}, got {tuple(t.shape)}"
             )
 
-    def _check_context(self, x: Tensor, context: Tensor, cache: dict | None) -> None:
+    def _check_context(self, x: Tensor, context: Tensor, cache: dict | None,
+                       positions: Tensor | None) -> None:
         """Cross-attention: same batch as x, no cache, no positions. Chapter 5."""
         self._check_input("context", context, ndim=x.ndim)
         if x.ndim == 3 and context.shape[0] != x.shape[0]:
@@ -117,6 +119,8 @@ class MultiHeadAttention(nn.Module):
                              f"got {context.shape[0]} (shape {tuple(context.shape)})")
         if cache is not None:
             raise ValueError("cache: expected None with context (the cache is for self-attention)")
+        if positions is not None:
+            raise ValueError("positions: expected None with context (positions are for self-attention)")
         if self.rope or self.alibi:
             raise ValueError("context: rope/alibi positions need self-attention, got a context")
         if self.causal and context.shape[-2] < x.shape[-2]:
@@ -130,6 +134,7 @@ class MultiHeadAttention(nn.Module):
         mask: Tensor | None = None,
         return_weights: bool = False,
         cache: dict | None = None,
+        positions: Tensor | None = None,
     ) -> Tensor | tuple[Tensor, Tensor]:
         """``(b, n, d) -> (b, n, d)``, or unbatched ``(n, d) -> (n, d)``.
 
@@ -138,15 +143,17 @@ class MultiHeadAttention(nn.Module):
           the causal mask when ``causal=True``.
         - ``cache``: a dict, empty at the first call; the layer appends this call's keys and
           values to ``cache["k"], cache["v"]`` ``(b, n_kv_heads, t, d_k)`` (keys after RoPE; b = 1
-          for unbatched input) and offsets positions (RoPE, ALiBi, causal mask) by the cached
-          length t.
+          for unbatched input) and their positions to ``cache["pos"]`` ``(b, t)``; positions
+          then start at the cached length t and the causal mask is bottom-right aligned.
+        - ``positions``: integer positions ``(b, n)`` or ``(n,)`` of the n new tokens for RoPE
+          and ALiBi (Hugging Face's ``position_ids``); default ``t, …, t + n − 1``.
         - ``return_weights``: also return the attention weights ``(b, h, n, m)``.
 
         Chapter 5.
         """
         self._check_input("x", x)
         if context is not None:
-            self._check_context(x, context, cache)
+            self._check_context(x, context, cache, positions)
         unbatched = x.ndim == 2
         if unbatched:
             x = x.unsqueeze(0)
@@ -156,8 +163,10 @@ class MultiHeadAttention(nn.Module):
         q = split_heads(self.q_proj(x), self.n_heads)  # (b, h, n, d_k)
         k = split_heads(self.k_proj(src), self.n_kv_heads)  # (b, h_kv, n_src, d_k)
         v = split_heads(self.v_proj(src), self.n_kv_heads)
-        k, v = self._extend_cache(q, k, v, cache)
-        mask, bias = self._mask_and_bias(mask, q, k)
+        if positions is not None:
+            positions = require_positions("positions", positions, x.shape[0], x.shape[1])
+        q, k, v, q_pos, k_pos = self._extend_cache(q, k, v, cache, positions)
+        mask, bias = self._mask_and_bias(mask, q, k, q_pos, k_pos)
 
         group = self.n_heads // self.n_kv_heads
         if group > 1:  # every query head in a group reads the same key/value head
@@ -169,7 +178,7 @@ class MultiHeadAttention(nn.Module):
         return (out, weights) if return_weights else out
 
     def _mask_and_bias(
-        self, mask: Tensor | None, q: Tensor, k: Tensor
+        self, mask: Tensor | None, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor
     ) -> tuple[Tensor | None, Tensor | None]:
         """Check the user's mask, add the causal mask, build the ALiBi bias. Chapter 7."""
         b, n, m = q.shape[0], q.shape[-2], k.shape[-2]
@@ -179,17 +188,19 @@ class MultiHeadAttention(nn.Module):
             cm = causal_mask(n, m, device=q.device)
             mask = cm if mask is None else mask & cm
         bias = None
-        if self.alibi:  # (h, n, m), bottom-right aligned: the n queries are the newest positions
-            bias = alibi_bias(n, self.n_heads, m, dtype=q.dtype, device=q.device)
+        if self.alibi:  # (b, h, n, m): -slope·|p_i - p_j| from the positions of queries and keys
+            bias = alibi_bias_at(q_pos, k_pos, self.n_heads, dtype=q.dtype)
         return mask, bias
 
     def _extend_cache(
-        self, q: Tensor, k: Tensor, v: Tensor, cache: dict | None
-    ) -> tuple[Tensor, Tensor]:
-        """Apply RoPE at offset positions, then prepend cached keys/values. Chapter 7."""
+        self, q: Tensor, k: Tensor, v: Tensor, cache: dict | None, positions: Tensor | None
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor]:
+        """Rotate queries and keys (RoPE) at their positions, then prepend the cached keys,
+        values and positions. Returns ``q, k, v`` and the positions of the queries ``(b, n)``
+        and of all keys ``(b, m)``. Chapter 7."""
         if cache is not None:
             require_instance("cache", cache, dict, "a dict")
-        offset = 0
+        (b, _, n, _), offset = q.shape, 0
         if cache is not None and "k" in cache:
             offset = cache["k"].shape[-2]
             if cache["k"].shape[:2] != k.shape[:2]:
@@ -197,16 +208,19 @@ class MultiHeadAttention(nn.Module):
                     f"cache: expected cached keys of shape ({k.shape[0]}, {k.shape[1]}, t, {self.d_k}), "
                     f"got {tuple(cache['k'].shape)}"
                 )
-        if self.rope:
-            pos = torch.arange(offset, offset + q.shape[-2], device=q.device)
-            q = apply_rope(q, pos, self.rope_base)
-            k = apply_rope(k, pos, self.rope_base)
+        if positions is None:
+            positions = torch.arange(offset, offset + n, device=q.device).expand(b, n)
+        if self.rope:  # (b, 1, n): one row of positions per sequence, shared by the heads
+            q = apply_rope(q, positions[:, None], self.rope_base)
+            k = apply_rope(k, positions[:, None], self.rope_base)
+        k_pos = positions
         if cache is not None:
             if offset:
                 k = torch.cat([cache["k"], k], dim=-2)
                 v = torch.cat([cache["v"], v], dim=-2)
-            cache["k"], cache["v"] = k, v
-        return k, v
+                k_pos = torch.cat([cache["pos"], positions], dim=-1)
+            cache["k"], cache["v"], cache["pos"] = k, v, k_pos
+        return q, k, v, positions, k_pos
 
     @classmethod
     def from_torch(cls, m: nn.MultiheadAttention) -> "MultiHeadAttention":

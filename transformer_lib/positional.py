@@ -12,8 +12,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from transformer_lib._checks import (require_ids, require_int, require_positive, require_query_block,
-                                     require_tensor)
+from transformer_lib._checks import (require_bool, require_ids, require_int, require_positive,
+                                     require_query_block, require_tensor)
 
 __all__ = [
     "sinusoidal_encoding",
@@ -24,6 +24,7 @@ __all__ = [
     "apply_rope",
     "alibi_slopes",
     "alibi_bias",
+    "alibi_bias_at",
 ]
 
 
@@ -74,33 +75,40 @@ class LearnedPositionalEmbedding(nn.Module):
         return f"n_ctx={self.n_ctx}, d={self.d}"
 
 
-def _positions(positions: int | Tensor | None, n: int, device: torch.device | None) -> Tensor:
-    """None -> arange(n); int offset t -> arange(t, t + n); tensor (n,) -> itself (float64)."""
+def _positions(positions: int | Tensor | None, lead: torch.Size, device: torch.device | None) -> Tensor:
+    """None -> arange(n); int offset t -> arange(t, t + n); tensor (…, n) broadcastable to
+    ``lead`` = x's ``(…, n)`` -> itself (float64)."""
+    n = lead[-1]
     if positions is None:
         return torch.arange(n, dtype=torch.float64, device=device)
     if isinstance(positions, int):
         t = require_int("positions", positions, low=0)
         return torch.arange(t, t + n, dtype=torch.float64, device=device)
     positions = torch.as_tensor(positions, device=device)
-    if positions.dim() != 1 or positions.shape[0] != n:
-        raise ValueError(f"positions: expected shape ({n},) to match x's n={n}, got {tuple(positions.shape)}")
+    try:
+        ok = positions.dim() >= 1 and torch.broadcast_shapes(positions.shape, lead) == lead
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"positions: expected shape ({n},) or one broadcastable to x's (…, n) = "
+                         f"{tuple(lead)}, got {tuple(positions.shape)}")
     return positions.to(torch.float64)
 
 
 def rope_angles(positions: Tensor, d: int, base: float = 10000.0) -> Tensor:
-    """Rotation angles ``(n,) -> (n, d/2)``: ``θ[i, k] = positions[i] / base^(2k/d)``. Chapter 6."""
+    """Rotation angles ``(…,) -> (…, d/2)``: ``θ[…, k] = positions[…] / base^(2k/d)``. Chapter 6."""
     require_tensor("positions", positions)
     if require_int("d", d) % 2:
         raise ValueError(f"d: expected an even dimension for RoPE, got {d}")
     require_positive("base", base)
     inv_freq = 1.0 / base ** (torch.arange(0, d, 2, dtype=torch.float64, device=positions.device) / d)
-    return positions.to(torch.float64)[:, None] * inv_freq[None, :]
+    return positions.to(torch.float64)[..., None] * inv_freq
 
 
 def rope_cos_sin(
     positions: Tensor, d: int, base: float = 10000.0, dtype: torch.dtype = torch.float32
 ) -> tuple[Tensor, Tensor]:
-    """``cos, sin`` of shape ``(n,) -> (n, d)``, each angle repeated for dims k and k + d/2
+    """``cos, sin`` of shape ``(…,) -> (…, d)``, each angle repeated for dims k and k + d/2
     (LLaMA layout). Computed in float64, returned in ``dtype``. Chapter 6.
     """
     theta = rope_angles(positions, d, base)
@@ -122,23 +130,38 @@ def rotate_half(x: Tensor) -> Tensor:
     return torch.cat([-x[..., half:], x[..., :half]], dim=-1)
 
 
-def apply_rope(x: Tensor, positions: int | Tensor | None = None, base: float = 10000.0) -> Tensor:
+def apply_rope(
+    x: Tensor, positions: int | Tensor | None = None, base: float = 10000.0, interleaved: bool = False
+) -> Tensor:
     """Rotary position embedding ``(…, n, d) -> (…, n, d)``.
 
-    Dimension pairs ``(k, k + d/2)`` of the vector at position p are rotated by the angle
-    ``p / base^(2k/d)`` (the rotate-half layout of LLaMA-family code). Applied to queries and
-    keys, the score ``q_mᵀ k_n`` then depends on positions only through ``m − n``.
-    ``positions``: None for ``0…n−1``, an int offset t for ``t…t+n−1`` (KV cache), or a
-    tensor ``(n,)``; ``base`` > 0. Chapter 6.
+    The d features of the vector at position p form d/2 pairs; pair k is rotated by the
+    angle ``p / base^(2k/d)``. Applied to queries and keys, the score ``q_mᵀ k_n`` then
+    depends on positions only through ``m − n``. Two pairings are in use:
+
+    - ``interleaved=False`` (default): pairs ``(k, k + d/2)``, the rotate-half layout of
+      Hugging Face's LLaMA (and GPT-NeoX). The library's attention uses it, so a ``GPT``
+      holding ``LlamaForCausalLM`` weights computes the same logits.
+    - ``interleaved=True``: pairs ``(2k, 2k + 1)``, as in RoFormer and Meta's original
+      LLaMA code (a complex multiplication per pair).
+
+    The two differ by a fixed permutation of the features, so they give the same scores once
+    the rows of W_Q and W_K are permuted within each head (what Hugging Face's conversion of
+    Meta's checkpoints does). ``positions``: None for ``0…n−1``, an int offset t for
+    ``t…t+n−1`` (KV cache), or a tensor ``(n,)`` or broadcastable to x's ``(…, n)``
+    (e.g. ``(b, 1, n)`` for x ``(b, h, n, d)``: one row of positions per sequence);
+    ``base`` > 0. Chapter 6.
     """
     _require_pairs(x)
     if x.dim() < 2:
         raise ValueError(f"x: expected shape (…, n, d), got {tuple(x.shape)}")
-    n, d = x.shape[-2], x.shape[-1]
-    pos = _positions(positions, n, x.device)
+    require_bool("interleaved", interleaved)
+    theta = rope_angles(_positions(positions, x.shape[:-1], x.device), x.shape[-1], base)
     dtype = x.dtype if x.is_floating_point() else torch.float32
-    cos, sin = rope_cos_sin(pos, d, base, dtype)
-    return x * cos + rotate_half(x) * sin
+    cos, sin = theta.cos().to(dtype), theta.sin().to(dtype)             # (…, n, d/2)
+    x1, x2 = (x[..., 0::2], x[..., 1::2]) if interleaved else x.chunk(2, dim=-1)
+    y1, y2 = x1 * cos - x2 * sin, x2 * cos + x1 * sin                  # rotate each pair
+    return torch.stack([y1, y2], dim=-1).flatten(-2) if interleaved else torch.cat([y1, y2], dim=-1)
 
 
 def alibi_slopes(n_heads: int, dtype: torch.dtype = torch.float32) -> Tensor:
@@ -189,9 +212,30 @@ def alibi_bias(
     require_int("n", n)
     m = n if m is None else require_int("m", m)
     require_query_block(n, m)
-    i = torch.arange(n, dtype=torch.float64, device=device)[:, None] + (m - n)
-    j = torch.arange(m, dtype=torch.float64, device=device)[None, :]
-    delta = i - j
+    i = torch.arange(n, device=device) + (m - n)
+    return alibi_bias_at(i, torch.arange(m, device=device), n_heads, symmetric=symmetric, dtype=dtype)
+
+
+def alibi_bias_at(
+    q_positions: Tensor,
+    k_positions: Tensor,
+    n_heads: int,
+    *,
+    symmetric: bool = True,
+    dtype: torch.dtype = torch.float32,
+) -> Tensor:
+    """ALiBi bias for queries and keys at given positions: ``(…, n), (…, m) -> (…, n_heads, n, m)``.
+
+    ``−slope_h · |p_i − p_j|`` with ``p_i = q_positions[…, i]`` and ``p_j = k_positions[…, j]``
+    (``−slope_h · (p_i − p_j)`` with ``symmetric=False``); the leading dims broadcast. It
+    depends on the positions only through their differences. ``alibi_bias`` is the case of
+    consecutive positions. Chapter 6.
+    """
+    require_tensor("q_positions", q_positions)
+    require_tensor("k_positions", k_positions)
+    require_int("n_heads", n_heads)
+    delta = (q_positions.to(torch.float64)[..., None, :, None]
+             - k_positions.to(torch.float64)[..., None, None, :])            # (…, 1, n, m)
     distance = delta.abs() if symmetric else delta
-    slopes = alibi_slopes(n_heads, torch.float64).to(device)
+    slopes = alibi_slopes(n_heads, torch.float64).to(delta.device)
     return (-slopes[:, None, None] * distance).to(dtype)
