@@ -136,6 +136,24 @@ def test_rope_score_depends_only_on_offset_inside_attention():
     assert log_ratio(3, 0) != pytest.approx(log_ratio(0, 0), abs=1e-3)
 
 
+def test_alibi_uses_the_given_positions():
+    """Positions with gaps (as after left padding): the layer's weights equal a float64
+    softmax of QKᵀ/√d_k − slope_h·(p_i − p_j) with BLOOM's slopes, causal."""
+    from transformers.models.bloom.modeling_bloom import build_alibi_tensor
+
+    mha = randomize(MultiHeadAttention(16, 4, causal=True, alibi=True).double())
+    x, pos = rand(1, 6, 16, seed=16), torch.tensor([0, 1, 2, 5, 9, 10])
+    _, w = mha(x, positions=pos, return_weights=True)
+    q = multihead.split_heads(mha.q_proj(x), 4)
+    k = multihead.split_heads(mha.k_proj(x), 4)
+    slopes = build_alibi_tensor(torch.ones(1, 2, dtype=torch.long), 4, D64)[:, 0, 1]
+    scores = q @ k.transpose(-1, -2) / 2 - slopes[:, None, None] * (pos[:, None] - pos[None, :])
+    scores = scores.masked_fill(pos[None, :] > pos[:, None], float("-inf"))
+    torch.testing.assert_close(w, torch.softmax(scores, dim=-1), atol=1e-12, rtol=0)
+    _, consecutive = mha(x, return_weights=True)
+    assert not torch.allclose(consecutive, w, atol=1e-3)
+
+
 def test_explicit_positions_equal_the_cache_offset():
     """Tokens 5…9 after a cache of 5, or alone at positions 5…9 with the same cache."""
     model, idx = gpt("learned"), ids(10)
@@ -248,7 +266,7 @@ def test_llama_logits_equal(llama):
 def test_llama_logits_equal_at_explicit_positions(llama):
     hf, ours = llama
     idx = ids(8, seed=12, vocab=37)
-    pos = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7], [9, 10, 11, 12, 13, 14, 15, 16]])
+    pos = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7], [3, 4, 6, 7, 11, 12, 13, 19]])  # with gaps
     with torch.no_grad():
         expected = hf(idx, position_ids=pos).logits
         got = ours(idx, positions=pos)
