@@ -8,6 +8,7 @@ One module per idea; import from the modules, e.g. ``from transformer_lib.attent
 - ``multihead``   split/merge heads, MultiHeadAttention  (Chapter 5)
 - ``positional``  sinusoidal, learned, RoPE, ALiBi  (Chapter 6)
 - ``config``, ``model``  ModelConfig, the decoder-only GPT  (Chapter 7)
+- ``loading``     Hugging Face GPT-2 and LLaMA weights in a GPT  (Chapters 7 and 9)
 - ``moe``         Router, MoELayer, load-balancing loss  (Chapter 8)
 - ``counting``    parameter and FLOP counting  (Chapter 9)
 - ``viz``, ``data``, ``train``, ``grading``  figures, toy data, training loop, exercise checks
@@ -21,6 +22,7 @@ __all__ = [
     "positional",
     "config",
     "model",
+    "loading",
     "moe",
     "counting",
     "viz",

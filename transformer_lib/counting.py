@@ -145,7 +145,8 @@ PRESETS: dict[str, ModelConfig] = {
     "llama2-7b": ModelConfig(vocab_size=32000, n_ctx=4096, d_model=4096, n_layers=32,
                              n_heads=32, d_ff=11008, **_LLAMA),
     "llama3-70b": ModelConfig(vocab_size=128256, n_ctx=8192, d_model=8192, n_layers=80,
-                              n_heads=64, n_kv_heads=8, d_ff=28672, **_LLAMA),
+                              n_heads=64, n_kv_heads=8, d_ff=28672, rope_base=500000.0,
+                              **_LLAMA),
     # A character-level model that trains on a CPU in seconds.
     "tiny": ModelConfig(vocab_size=65, n_ctx=64, d_model=64, n_layers=2, n_heads=4),
 }

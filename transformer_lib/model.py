@@ -7,7 +7,8 @@ Every architectural choice comes from a `ModelConfig`, so the same class builds 
 (learned positions, GELU, LayerNorm, biases) and a small LLaMA (RoPE, SwiGLU, RMSNorm,
 grouped-query attention, no biases, untied unembedding). `generate` samples one token at a
 time; with `use_cache=True` it runs the prompt once and then feeds only the newest token,
-reusing the keys and values stored by each layer. Chapter 7.
+reusing the keys and values stored by each layer. `GPT.from_gpt2_state_dict` and
+`GPT.from_llama_state_dict` load Hugging Face weights (`transformer_lib.loading`). Chapter 7.
 """
 from __future__ import annotations
 
