@@ -106,6 +106,18 @@ def test_task_batches_and_text_batch():
         text_batch(ids, 1, len(ids))
 
 
+def test_text_batch_draws_every_valid_window_and_none_past_the_end():
+    """With ids 0…N−1 a window is identified by its first id: for N = block + 3 the starts are
+    exactly {0, 1, 2} (the target of start 2 ends at the last id), and 300 draws see all three."""
+    block = 5
+    ids = torch.arange(block + 3)
+    x, y = text_batch(ids, 300, block, seed=1)
+    assert set(x[:, 0].tolist()) == {0, 1, 2}
+    assert torch.equal(y, x + 1) and int(y.max()) == block + 2
+    x, y = text_batch(torch.arange(block + 1), 20, block, seed=2)   # one window only
+    assert torch.equal(x, torch.arange(block).expand(20, block))
+
+
 def test_unigram_loss():
     assert unigram_loss(torch.tensor([0, 1, 2, 3])) == pytest.approx(math.log(4))
     assert unigram_loss(torch.tensor([1, 1, 1])) == pytest.approx(0.0)
@@ -158,6 +170,41 @@ def test_train_accepts_callable_and_custom_loss():
     assert len(losses) == 4 and calls == [0, 1, 2, 3]
 
 
+def _reference_loop(model, batches, steps, lr, loss_fn, grad_clip=None):
+    """AdamW written out with torch.optim, the loss and torch's clip_grad_norm_ per step."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    losses = []
+    for _, (inputs, targets) in zip(range(steps), batches):
+        loss = loss_fn(model(inputs), targets)
+        opt.zero_grad()
+        loss.backward()
+        if grad_clip is not None:
+            nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses
+
+
+@pytest.mark.parametrize("kw", [dict(loss_fn=lambda lg, t: 2 * cross_entropy_loss(lg[:, 3:5], t[:, 3:5]) + 3),
+                                dict(grad_clip=0.05)])
+def test_custom_loss_and_grad_clip_change_the_trajectory(kw):
+    """train with a custom loss or clipping reproduces a hand-written loop step for step, and
+    differs from the default run from the first step (loss) or the second (clipping)."""
+    def fresh():
+        torch.manual_seed(0)
+        return _tiny_model(6, 5, hidden=32)
+
+    def batches():
+        return task_batches(copy_task, 16, 3, 5, seed=0)
+
+    loss_fn = kw.get("loss_fn", cross_entropy_loss)
+    expected = _reference_loop(fresh(), batches(), 8, 1e-2, loss_fn, kw.get("grad_clip"))
+    got = train(fresh(), batches(), steps=8, lr=1e-2, **kw)
+    assert got == pytest.approx(expected, rel=1e-6, abs=1e-7)
+    default = train(fresh(), batches(), steps=8, lr=1e-2)
+    assert abs(got[-1] - default[-1]) > 1e-3
+
+
 def test_train_errors():
     model = nn.Sequential(nn.Embedding(4, 4), nn.Linear(4, 4))
     with pytest.raises(ValueError, match="batches"):
@@ -169,10 +216,37 @@ def test_train_errors():
 
 
 def test_evaluate_loss_token_weighted_and_restores_mode():
+    """Two batches with 24 and 4 supervised tokens: the mean over all 28 tokens (a sum of
+    per-token losses, by hand), not the mean of the two batch means."""
+    torch.manual_seed(0)
     model = nn.Sequential(nn.Embedding(4, 4), nn.Linear(4, 4))
+    a = copy_task(8, 3, 4, seed=0)
+    b_in, b_tgt = copy_task(8, 3, 4, seed=1)
+    b_tgt = b_tgt.clone()
+    b_tgt[2:] = IGNORE_INDEX                      # only 2 rows × 2 … keep 4 supervised tokens
+    b_tgt[:2, 3] = IGNORE_INDEX
+    assert int((a[1] != IGNORE_INDEX).sum()) == 24 and int((b_tgt != IGNORE_INDEX).sum()) == 4
+    with torch.no_grad():
+        per_token = [nn.functional.cross_entropy(model(x).reshape(-1, 4), t.reshape(-1), reduction="none",
+                                                 ignore_index=IGNORE_INDEX)[t.reshape(-1) != IGNORE_INDEX]
+                     for x, t in (a, (b_in, b_tgt))]
+    expected = float(torch.cat(per_token).mean())
+    assert abs(expected - float((per_token[0].mean() + per_token[1].mean()) / 2)) > 1e-3
+    assert evaluate_loss(model, [a, (b_in, b_tgt)]) == pytest.approx(expected, rel=1e-6)
+    assert evaluate_loss(model, [a, a]) == pytest.approx(float(per_token[0].mean()), rel=1e-6)
+    assert model.training
+
+
+def test_evaluate_loss_runs_in_eval_mode():
+    """With dropout p = 0.5 the loss in eval mode is deterministic and equals the loss of the
+    model switched to eval() by hand; a custom loss_fn is used as given."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(4, 16), nn.Dropout(0.5), nn.Linear(16, 4))
     batch = copy_task(8, 3, 4, seed=0)
+    model.eval()
     with torch.no_grad():
         direct = float(cross_entropy_loss(model(batch[0]), batch[1]))
+    model.train()
     assert evaluate_loss(model, batch) == pytest.approx(direct, rel=1e-6)
-    assert evaluate_loss(model, [batch, batch]) == pytest.approx(direct, rel=1e-6)
+    assert evaluate_loss(model, batch, loss_fn=lambda lg, t: cross_entropy_loss(lg, t) * 0 + 7.0) == 7.0
     assert model.training
