@@ -236,13 +236,14 @@ def run_one(i: int, m: Mutant, timeout: float) -> tuple[str, float]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("-k", default="", help="only mutants whose id or description contains this text")
+    ap.add_argument("-k", action="append", default=[],
+                    help="only mutants whose id or description contains this text (repeatable: any of them)")
     ap.add_argument("-j", type=int, default=2, help="mutants tested in parallel (default 2)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per mutant (a timeout counts as killed)")
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
     args = ap.parse_args()
     chosen = [(i, m) for i, m in enumerate(MUTANTS)
-              if args.k in mutant_id(i, m) or args.k in m.what]
+              if not args.k or any(k in mutant_id(i, m) or k in m.what for k in args.k)]
     if args.list:
         for i, m in chosen:
             print(f"{mutant_id(i, m)}  {m.what}")
