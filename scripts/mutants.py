@@ -188,6 +188,34 @@ MUTANTS: list[Mutant] = [
     # ---------------------------------------------------------------- viz
     M("viz", "return \"black\" if relative_luminance(rgba) > 0.179 else \"white\"",
       "return \"black\" if relative_luminance(rgba) > 0.5 else \"white\"", "annotation colour threshold"),
+    # ---------------------------------------------------------------- more (appended: ids above stay stable)
+    M("attention", "q, k, v = self.W_q(x), self.W_k(context), self.W_v(context)",
+      "q, k, v = self.W_q(x), self.W_k(context), self.W_v(x)", "cross-attention values from x"),
+    M("multihead", "return x.transpose(-3, -2).reshape(*lead, n, h * d_k)", "return x.reshape(*lead, n, h * d_k)",
+      "merge_heads without the transpose"),
+    M("multihead", "k = torch.cat([cache[\"k\"], k], dim=-2)", "k = torch.cat([k, cache[\"k\"]], dim=-2)",
+      "new keys prepended to the cache"),
+    M("multihead", "new.out_proj.bias.copy_(m.out_proj.bias)", "pass", "from_torch drops the output bias"),
+    M("positional", "p[:, 1::2] = torch.cos(angle[:, : d // 2])", "p[:, 1::2] = torch.sin(angle[:, : d // 2])",
+      "sinusoidal odd columns use sin"),
+    M("positional", "if positions > self.n_ctx:", "if positions >= self.n_ctx:", "learned positions reject n = n_ctx"),
+    M("positional", "emb = torch.cat([theta, theta], dim=-1)", "emb = theta.repeat_interleave(2, dim=-1)",
+      "rope_cos_sin in the interleaved layout"),
+    M("block", "self.norm1 = make_norm(norm, d_model, norm_eps, bias)", "self.norm1 = make_norm(norm, d_model, 1e-5, bias)",
+      "block ignores norm_eps in its first norm"),
+    M("model", "next_id = self._sample(logits[:, -1], temperature, top_k, generator)",
+      "next_id = self._sample(logits[:, 0], temperature, top_k, generator)", "generate samples from the first position"),
+    M("moe", "probs = F.softmax(self.gate(x.reshape(-1, self.d_model)), dim=-1)",
+      "probs = F.softmax(self.gate(x.reshape(-1, self.d_model)), dim=0)", "router softmax over tokens"),
+    M("moe", "slot = (one_hot.cumsum(dim=0) * one_hot).sum(dim=-1) - 1",
+      "slot = (one_hot.cumsum(dim=0) * one_hot).sum(dim=-1)", "capacity slots counted from 1"),
+    M("moe", "p = router_probs.mean(dim=0)", "p = router_probs.max(dim=0).values", "balancing loss with max probability"),
+    M("data", "chars = sorted(set(text_or_alphabet))", "chars = list(dict.fromkeys(text_or_alphabet))",
+      "tokenizer ids in order of appearance"),
+    M("data", "targets[:, :n] = IGNORE_INDEX                                   # the source itself is random",
+      "targets[:, :n - 1] = IGNORE_INDEX", "copy task supervises the last source token"),
+    M("train", "    model.train(was_training)\n    return losses", "    return losses",
+      "train leaves an eval model in train mode"),
 ]
 
 # Survivors that cannot change behaviour, keyed by description, with the reason.
@@ -238,12 +266,15 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-k", action="append", default=[],
                     help="only mutants whose id or description contains this text (repeatable: any of them)")
+    ap.add_argument("--skip", action="append", default=[],
+                    help="leave out mutants whose id or description contains this text (repeatable)")
     ap.add_argument("-j", type=int, default=2, help="mutants tested in parallel (default 2)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per mutant (a timeout counts as killed)")
     ap.add_argument("--list", action="store_true", help="list the mutants and exit")
     args = ap.parse_args()
     chosen = [(i, m) for i, m in enumerate(MUTANTS)
-              if not args.k or any(k in mutant_id(i, m) or k in m.what for k in args.k)]
+              if (not args.k or any(k in mutant_id(i, m) or k in m.what for k in args.k))
+              and not any(k in mutant_id(i, m) or k in m.what for k in args.skip)]
     if args.list:
         for i, m in chosen:
             print(f"{mutant_id(i, m)}  {m.what}")

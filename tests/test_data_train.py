@@ -160,6 +160,9 @@ def test_train_leaves_global_rng_untouched():
     train(model, copy_task(2, 2, 4, seed=0), steps=3, seed=1)
     assert torch.equal(torch.get_rng_state(), state)
     assert model.training
+    model.eval()                                   # the mode the caller had is restored
+    train(model, copy_task(2, 2, 4, seed=0), steps=1, seed=1)
+    assert not model.training and not model[1].training
 
 
 def test_train_accepts_callable_and_custom_loss():
@@ -170,9 +173,9 @@ def test_train_accepts_callable_and_custom_loss():
     assert len(losses) == 4 and calls == [0, 1, 2, 3]
 
 
-def _reference_loop(model, batches, steps, lr, loss_fn, grad_clip=None):
+def _reference_loop(model, batches, steps, lr, loss_fn, grad_clip=None, weight_decay=0.0):
     """AdamW written out with torch.optim, the loss and torch's clip_grad_norm_ per step."""
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
     losses = []
     for _, (inputs, targets) in zip(range(steps), batches):
         loss = loss_fn(model(inputs), targets)
@@ -186,10 +189,10 @@ def _reference_loop(model, batches, steps, lr, loss_fn, grad_clip=None):
 
 
 @pytest.mark.parametrize("kw", [dict(loss_fn=lambda lg, t: 2 * cross_entropy_loss(lg[:, 3:5], t[:, 3:5]) + 3),
-                                dict(grad_clip=0.05)])
-def test_custom_loss_and_grad_clip_change_the_trajectory(kw):
-    """train with a custom loss or clipping reproduces a hand-written loop step for step, and
-    differs from the default run from the first step (loss) or the second (clipping)."""
+                                dict(grad_clip=0.05), dict(weight_decay=2.0)])
+def test_custom_loss_grad_clip_and_weight_decay_change_the_trajectory(kw):
+    """train with a custom loss, clipping or weight decay reproduces a hand-written loop step
+    for step, and ends measurably away from the default run."""
     def fresh():
         torch.manual_seed(0)
         return _tiny_model(6, 5, hidden=32)
@@ -198,7 +201,7 @@ def test_custom_loss_and_grad_clip_change_the_trajectory(kw):
         return task_batches(copy_task, 16, 3, 5, seed=0)
 
     loss_fn = kw.get("loss_fn", cross_entropy_loss)
-    expected = _reference_loop(fresh(), batches(), 8, 1e-2, loss_fn, kw.get("grad_clip"))
+    expected = _reference_loop(fresh(), batches(), 8, 1e-2, loss_fn, kw.get("grad_clip"), kw.get("weight_decay", 0.0))
     got = train(fresh(), batches(), steps=8, lr=1e-2, **kw)
     assert got == pytest.approx(expected, rel=1e-6, abs=1e-7)
     default = train(fresh(), batches(), steps=8, lr=1e-2)

@@ -25,7 +25,8 @@ CONFIGS = {
     "sinusoidal-untied": dict(positional="sinusoidal", tied_embeddings=False),
     "nopos-nobias-layernorm": dict(positional="none", bias=False, n_layers=3),
     "swiglu-bias": dict(mlp="swiglu", d_ff=20, positional="rope"),
-    "embedding-norm-no-final": dict(embedding_norm=True, final_norm=False, norm="rmsnorm"),
+    "embedding-norm-no-final": dict(embedding_norm=True, final_norm=False, norm="rmsnorm", norm_eps=0.5),
+    "postnorm-eps": dict(norm_first=False, norm_eps=0.3, positional="alibi"),
 }
 
 

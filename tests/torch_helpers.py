@@ -29,11 +29,13 @@ def randomize(module: nn.Module, seed: int = 0) -> nn.Module:
 # --------------------------------------------------------------------------- independent references
 # Forward passes assembled from the weights with torch.nn.functional only (no library code), so
 # that a bug shared by the library's cached and uncached paths still shows up.
-def ref_layernorm(x: torch.Tensor, norm: nn.Module, kind: str) -> torch.Tensor:
-    """LayerNorm via ``F.layer_norm``, RMSNorm via ``F.rms_norm``, with the module's gain/eps."""
+def ref_layernorm(x: torch.Tensor, norm: nn.Module, kind: str, eps: float | None = None) -> torch.Tensor:
+    """LayerNorm via ``F.layer_norm``, RMSNorm via ``F.rms_norm``, with the module's gain (and
+    its eps unless ``eps`` is given: a model's reference passes its config's)."""
+    eps = norm.eps if eps is None else eps
     if kind == "layernorm":
-        return F.layer_norm(x, (x.shape[-1],), norm.weight, norm.bias, norm.eps)
-    return F.rms_norm(x, (x.shape[-1],), norm.weight, norm.eps)
+        return F.layer_norm(x, (x.shape[-1],), norm.weight, norm.bias, eps)
+    return F.rms_norm(x, (x.shape[-1],), norm.weight, eps)
 
 
 def ref_rope(x: torch.Tensor, positions: torch.Tensor, base: float) -> torch.Tensor:
@@ -94,14 +96,14 @@ def ref_mlp(mlp: nn.Module, x: torch.Tensor) -> torch.Tensor:
 
 
 def ref_block(block: nn.Module, x: torch.Tensor, kind: str, mask: torch.Tensor | None = None,
-              norm_first: bool | None = None, **flags) -> torch.Tensor:
+              norm_first: bool | None = None, eps: float | None = None, **flags) -> torch.Tensor:
     """A library ``TransformerBlock`` (pre- or post-norm, with residuals) recomputed; ``flags``
-    go to :func:`ref_mha`."""
+    go to :func:`ref_mha`, ``eps`` to :func:`ref_layernorm`."""
     if block.norm_first if norm_first is None else norm_first:
-        x = x + ref_mha(block.attn, ref_layernorm(x, block.norm1, kind), mask, **flags)
-        return x + ref_mlp(block.mlp, ref_layernorm(x, block.norm2, kind))
-    x = ref_layernorm(x + ref_mha(block.attn, x, mask, **flags), block.norm1, kind)
-    return ref_layernorm(x + ref_mlp(block.mlp, x), block.norm2, kind)
+        x = x + ref_mha(block.attn, ref_layernorm(x, block.norm1, kind, eps), mask, **flags)
+        return x + ref_mlp(block.mlp, ref_layernorm(x, block.norm2, kind, eps))
+    x = ref_layernorm(x + ref_mha(block.attn, x, mask, **flags), block.norm1, kind, eps)
+    return ref_layernorm(x + ref_mlp(block.mlp, x), block.norm2, kind, eps)
 
 
 def ref_sinusoidal(n: int, d: int, base: float = 10000.0) -> torch.Tensor:
@@ -124,11 +126,11 @@ def ref_gpt(model: nn.Module, idx: torch.Tensor) -> torch.Tensor:
     elif c.positional == "sinusoidal":
         x = x + ref_sinusoidal(n, c.d_model).to(x.dtype)
     if c.embedding_norm:
-        x = ref_layernorm(x, model.emb_norm, c.norm)
+        x = ref_layernorm(x, model.emb_norm, c.norm, c.norm_eps)
     flags = dict(causal=True, rope=c.positional == "rope", alibi=c.positional == "alibi",
-                 rope_base=getattr(c, "rope_base", 10000.0), norm_first=c.norm_first)
+                 rope_base=getattr(c, "rope_base", 10000.0), norm_first=c.norm_first, eps=c.norm_eps)
     for block in model.blocks:
         x = ref_block(block, x, c.norm, **flags)
     if c.final_norm:
-        x = ref_layernorm(x, model.norm_f, c.norm)
+        x = ref_layernorm(x, model.norm_f, c.norm, c.norm_eps)
     return F.linear(x, model.lm_head.weight)
