@@ -99,6 +99,8 @@ def test_kv_cache_size_by_hand_and_in_a_built_cache():
     GPT-2 and LLaMA-3-70B (8 KV heads of 128), and counted in a real cache of a GQA model."""
     assert kv_cache_size(PRESETS["gpt2"], 1024) == 2 * 12 * 1024 * 768 == 18_874_368
     assert kv_cache_size(PRESETS["llama3-70b"], 8192) == 2 * 80 * 8192 * (8 * 128) == 1_342_177_280
+    c = PRESETS["llama3-70b"]                     # 64 query heads of 128 share 8 KV heads
+    assert (c.d_head, c.kv_dim, c.n_groups) == (128, 1024, 8)
     config = ModelConfig(vocab_size=11, n_ctx=16, d_model=24, n_layers=3, n_heads=6, n_kv_heads=2)
     cache = [{} for _ in range(3)]
     with torch.no_grad():
