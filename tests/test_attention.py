@@ -229,6 +229,13 @@ def test_four_stages():
     assert not torch.allclose(A3, A3.T)
 
 
+def test_self_attention_value_width_defaults_to_d_k():
+    """SelfAttention(d_model=8, d_k=3): W_v is 8 -> 3 unless d_v is given, as in the book."""
+    head = SelfAttention(8, 3)
+    assert head.W_v.weight.shape == (3, 8) and head(rand(4, 8, seed=30).float()).shape == (4, 3)
+    assert SelfAttention(8, 3, d_v=5).W_v.weight.shape == (5, 8)
+
+
 def test_self_attention_cross_and_mask():
     torch.manual_seed(0)
     layer = SelfAttention(6, 4, 3, bias=True).double()

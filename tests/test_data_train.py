@@ -80,6 +80,8 @@ def test_induction_task_layout():
     assert (x[:, 0] == SEP).all() and torch.equal(x[:, 6:], r[:, :4])
     assert (y[:, :6] == IGNORE_INDEX).all() and torch.equal(y[:, 6:], r[:, 1:])
     assert all(len(set(row.tolist())) == 5 for row in r)
+    x, _ = induction_task(200, 19, 20, seed=4, distinct=True)   # every content token, never SEP
+    assert all(sorted(row.tolist()) == list(range(1, 20)) for row in x[:, 1:20])
     with pytest.raises(ValueError, match="n"):
         induction_task(1, 20, 20, seed=0, distinct=True)
 
