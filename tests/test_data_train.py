@@ -175,6 +175,27 @@ def test_train_accepts_callable_and_custom_loss():
     assert len(losses) == 4 and calls == [0, 1, 2, 3]
 
 
+class _WithAux(nn.Module):
+    """Returns (logits, auxiliary output), as models with extra outputs do."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x), torch.zeros(())
+
+
+def test_tuple_outputs_use_their_first_element_as_logits():
+    torch.manual_seed(0)
+    plain = nn.Sequential(nn.Embedding(4, 4), nn.Linear(4, 4))
+    batch = copy_task(4, 2, 4, seed=0)
+    assert evaluate_loss(_WithAux(plain), batch) == pytest.approx(evaluate_loss(plain, batch), rel=1e-9)
+    with torch.no_grad():
+        first = float(cross_entropy_loss(plain(batch[0]), batch[1]))
+    assert train(_WithAux(plain), batch, steps=1)[0] == pytest.approx(first, rel=1e-6)
+
+
 def _reference_loop(model, batches, steps, lr, loss_fn, grad_clip=None, weight_decay=0.0):
     """AdamW written out with torch.optim, the loss and torch's clip_grad_norm_ per step."""
     opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)

@@ -120,6 +120,11 @@ def test_head_grid():
     fig = viz.head_grid(w, ["a", "b"], titles=["h1", "h2", "h3"])
     heat = [ax for ax in fig.axes if ax.get_title()]
     assert [ax.get_title() for ax in heat] == ["h1", "h2", "h3"]
+    # one shared scale from 0 to the global maximum (weights here lie in [0.2, 0.9])
+    w2 = torch.tensor([[[0.2, 0.8], [0.5, 0.5]], [[0.3, 0.7], [0.9, 0.1 + 0.2]]])
+    fig2 = viz.head_grid(w2, ["a", "b"])
+    limits = [ax.images[0].get_clim() for ax in fig2.axes if ax.images]
+    assert len(limits) == 2 and all(lim == (0.0, pytest.approx(0.9)) for lim in limits)
     with pytest.raises(ValueError, match="labels"):
         viz.head_grid(w, ["a"])
     with pytest.raises(ValueError, match="titles"):
