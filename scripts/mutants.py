@@ -269,14 +269,18 @@ def apply(root: Path, m: Mutant) -> None:
     path.write_text(text.replace(m.old, m.new))
 
 
-def run_one(i: int, m: Mutant, timeout: float) -> tuple[str, float]:
-    """Copy, mutate, test; return 'killed', 'survived' or 'timeout' and the seconds taken."""
+def run_one(i: int, m: Mutant | None, timeout: float) -> tuple[str, float]:
+    """Copy, mutate (``m=None``: the unmutated baseline), test; return 'killed', 'survived' or
+    'timeout' and the seconds taken."""
     with tempfile.TemporaryDirectory(prefix="mutant-") as tmp:
         root = Path(tmp)
         shutil.copytree(REPO / LIB, root / LIB, ignore=shutil.ignore_patterns("__pycache__"))
         shutil.copytree(REPO / "tests", root / "tests", ignore=shutil.ignore_patterns("__pycache__"))
         shutil.copy(REPO / "pyproject.toml", root / "pyproject.toml")
-        apply(root, m)
+        if m is None:
+            m = Mutant("baseline", "", "", "no mutation")
+        else:
+            apply(root, m)
         first = FIRST.get(m.module)
         stages = ([[first]] if first else []) + [[f for f in TEST_FILES if f != first]]
         env = {**os.environ, "PYTHONPATH": str(root), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
@@ -317,6 +321,10 @@ def main() -> int:
         text = (REPO / LIB / f"{m.module}.py").read_text()
         if text.count(m.old) != 1:
             raise SystemExit(f"{mutant_id(i, m)} {m.what!r}: its text is not in {m.module}.py exactly once")
+    status, secs = run_one(-1, None, args.timeout)   # the tests must pass before mutants mean anything
+    print(f"baseline       {status:8s} {secs:6.1f}s  unmutated library", flush=True)
+    if status != "survived":
+        raise SystemExit("the library's tests fail (or time out) without any mutation: fix them first")
     results: dict[str, str] = {}
     with ThreadPoolExecutor(max_workers=max(1, args.j)) as pool:
         futures = {pool.submit(run_one, i, m, args.timeout): (i, m) for i, m in chosen}

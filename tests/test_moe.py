@@ -27,7 +27,7 @@ def _loop_reference(layer, x, kept=None):
     probs = torch.softmax(logits, dim=-1)
     out = torch.zeros_like(flat)
     for t in range(flat.shape[0]):
-        idx = sorted(range(layer.n_experts), key=lambda e: -float(probs[t, e]))[:layer.top_k]
+        idx = sorted(range(layer.n_experts), key=lambda e: -float(probs[t, e].detach()))[:layer.top_k]
         top = probs[t, idx]
         w = top / top.sum()
         for j in range(layer.top_k):
