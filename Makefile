@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: install book test serve bench clean
+.PHONY: install book test serve bench mutants clean
 
 VENDOR := _assets/vendor/NOTICE.txt
 
@@ -42,6 +42,10 @@ serve: book
 
 bench: install
 	$(BIN)/python scripts/bench.py
+
+# Mutation testing of transformer_lib (minutes; not part of `make test`): see scripts/mutants.py.
+mutants: install
+	$(BIN)/python scripts/mutants.py
 
 clean:
 	rm -rf _build .pytest_cache _assets/vendor

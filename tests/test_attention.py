@@ -36,8 +36,19 @@ def test_softmax_stable_where_naive_overflows():
     assert torch.isnan(naive_softmax(x)).any()
     p = softmax(x)
     assert torch.isfinite(p).all()
-    torch.testing.assert_close(p, softmax(x - 1000.0))
-    torch.testing.assert_close(p.sum(), torch.tensor(1.0))
+    e = torch.tensor([1.0, math.exp(-1), math.exp(-2)])            # by hand: shift by the max
+    torch.testing.assert_close(p, e / e.sum())
+
+
+@pytest.mark.parametrize("width", [50.0, 200.0, 1000.0])
+def test_softmax_on_wide_float32_rows_matches_torch(width):
+    """Rows spanning ±width in float32: exp of (x − max) never overflows; exp of (x − min)
+    would give inf/inf = nan from a range of about 89 on."""
+    x = (torch.rand(4, 64, generator=torch.Generator().manual_seed(0)) * 2 - 1) * width
+    p = softmax(x)
+    assert torch.isfinite(p).all()
+    torch.testing.assert_close(p, torch.softmax(x, dim=-1), atol=1e-7, rtol=1e-5)
+    torch.testing.assert_close(softmax(x, dim=0), torch.softmax(x, dim=0), atol=1e-7, rtol=1e-5)
 
 
 def test_softmax_all_minus_inf_row_is_zero():
@@ -216,6 +227,13 @@ def test_four_stages():
     Y3, A3 = query_key_attention(X, W_Q, W_K, return_weights=True)
     torch.testing.assert_close(Y3, torch.softmax((X @ W_Q) @ (X @ W_K).T, -1) @ X, **TOL)
     assert not torch.allclose(A3, A3.T)
+
+
+def test_self_attention_value_width_defaults_to_d_k():
+    """SelfAttention(d_model=8, d_k=3): W_v is 8 -> 3 unless d_v is given, as in the book."""
+    head = SelfAttention(8, 3)
+    assert head.W_v.weight.shape == (3, 8) and head(rand(4, 8, seed=30).float()).shape == (4, 3)
+    assert SelfAttention(8, 3, d_v=5).W_v.weight.shape == (5, 8)
 
 
 def test_self_attention_cross_and_mask():

@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from torch_helpers import rand, randomize
+from torch_helpers import rand, randomize, ref_block
 from transformer_lib.attention import causal_mask
 from transformer_lib.block import MLP, LayerNorm, RMSNorm, TransformerBlock
 
@@ -42,6 +42,19 @@ def test_rmsnorm_matches_torch():
     ours.load_state_dict(ref.state_dict())
     x = rand(2, 3, 6, seed=4)
     torch.testing.assert_close(ours(x), ref(x), **TOL)
+
+
+@pytest.mark.parametrize("scale,eps", [(1e-3, 1e-6), (1e-3, 1e-5), (1.0, 0.5), (50.0, 1e-6)])
+def test_norms_at_small_inputs_and_large_eps_match_torch(scale, eps):
+    """At input scale 1e-3 the mean square (~1e-6) is comparable to ε, and with ε = 0.5 at scale
+    1 it dominates: where ε sits (inside the root) matters, so compare with torch in float64."""
+    x = rand(3, 8, seed=5) * scale + 0.3 * scale
+    for ref, ours in ((nn.LayerNorm(8, eps=eps), LayerNorm(8, eps=eps)),
+                      (nn.RMSNorm(8, eps=eps), RMSNorm(8, eps=eps))):
+        ref = randomize(ref.double(), seed=6)
+        ours = ours.double()
+        ours.load_state_dict(ref.state_dict())
+        torch.testing.assert_close(ours(x), ref(x), atol=1e-12, rtol=1e-9)
 
 
 # ------------------------------------------------------------------ MLP
@@ -131,13 +144,22 @@ def test_residual_toggle(norm_first):
     torch.testing.assert_close(block(x), expected, **TOL)
 
 
-def test_block_kv_cache_matches_full():
-    torch.manual_seed(0)
-    block = TransformerBlock(8, 2, causal=True, rope=True).double().eval()
+ROPE_XFAIL = pytest.mark.xfail(reason="RoPE queries are not rotated (fixed by the library issue)", strict=True)
+
+
+@pytest.mark.parametrize("kw", [dict(norm="rmsnorm", activation="swiglu", n_kv_heads=1),
+                                dict(norm_first=False, alibi=True, activation="gelu_tanh"),
+                                pytest.param(dict(rope=True), marks=ROPE_XFAIL)])
+def test_block_full_and_cached_match_a_functional_reference(kw):
+    """Full and token-by-token cached outputs against the block recomputed with
+    torch.nn.functional (tests/torch_helpers.ref_block), not against each other."""
+    block = randomize(TransformerBlock(8, 2, causal=True, **kw).double(), seed=12).eval()
     x = rand(2, 6, 8, seed=11)
+    expected = ref_block(block, x, kw.get("norm", "layernorm"))
+    torch.testing.assert_close(block(x), expected, **TOL)
     cache = {}
     steps = torch.cat([block(x[:, t:t + 1], cache=cache) for t in range(6)], dim=1)
-    torch.testing.assert_close(steps, block(x), **TOL)
+    torch.testing.assert_close(steps, expected, **TOL)
 
 
 # ------------------------------------------------------------------ errors

@@ -61,13 +61,52 @@ def test_param_count_matches_our_gpt_on_meta(name):
     assert count_params(model) == param_count(PRESETS[name])
 
 
-@pytest.mark.parametrize("name", list(PRESETS))
-def test_breakdown_sums_to_total(name):
-    parts = param_breakdown(PRESETS[name])
-    assert set(parts) == {"embedding", "positional", "attention", "mlp", "norms",
-                          "unembedding", "other"}
-    assert sum(parts.values()) == param_count(PRESETS[name])
-    assert all(v >= 0 for v in parts.values())
+def test_gpt2_breakdown_by_hand():
+    """GPT-2 small, each group worked out by hand (V = 50257, n_ctx = 1024, d = 768, L = 12)."""
+    assert param_breakdown(PRESETS["gpt2"]) == {
+        "embedding": 50257 * 768,                            # 38,597,376
+        "positional": 1024 * 768,                            # 786,432
+        "attention": 12 * (4 * 768 * 768 + 4 * 768),         # Q, K, V, O and their biases
+        "mlp": 12 * (2 * 768 * 3072 + 3072 + 768),           # up, down and their biases
+        "norms": (2 * 12 + 1) * 2 * 768,                     # 25 LayerNorms, gain and shift
+        "unembedding": 0,                                    # tied
+        "other": 0,
+    }
+
+
+GROUPS = {"tok_emb": "embedding", "pos_emb": "positional", "attn": "attention", "mlp": "mlp",
+          "norm1": "norms", "norm2": "norms", "norm_f": "norms", "emb_norm": "norms", "lm_head": "unembedding"}
+
+
+@pytest.mark.parametrize("changes", [{}, dict(positional="sinusoidal", embedding_norm=True, tied_embeddings=False),
+                                     dict(mlp="swiglu", norm="rmsnorm", bias=False, n_kv_heads=1,
+                                          positional="rope", final_norm=False),
+                                     dict(positional="alibi", n_kv_heads=2, d_ff=40)])
+def test_breakdown_matches_the_built_model_group_by_group(changes):
+    """Each group against the parameters of the GPT submodules it names (meta device)."""
+    config = ModelConfig(vocab_size=37, n_ctx=16, d_model=24, n_layers=3, n_heads=4, **changes)
+    with torch.device("meta"):
+        model = GPT(config)
+    counted = dict.fromkeys(param_breakdown(config), 0)
+    for name, p in model.named_parameters():
+        part = next(GROUPS[key] for key in name.split(".") if key in GROUPS)
+        counted[part] += p.numel()
+    assert counted == param_breakdown(config)
+
+
+def test_kv_cache_size_by_hand_and_in_a_built_cache():
+    """Numbers stored for K and V: 2 · L · n · n_kv_heads · d_head, worked out by hand for
+    GPT-2 and LLaMA-3-70B (8 KV heads of 128), and counted in a real cache of a GQA model."""
+    assert kv_cache_size(PRESETS["gpt2"], 1024) == 2 * 12 * 1024 * 768 == 18_874_368
+    assert kv_cache_size(PRESETS["llama3-70b"], 8192) == 2 * 80 * 8192 * (8 * 128) == 1_342_177_280
+    c = PRESETS["llama3-70b"]                     # 64 query heads of 128 share 8 KV heads
+    assert (c.d_head, c.kv_dim, c.n_groups) == (128, 1024, 8)
+    config = ModelConfig(vocab_size=11, n_ctx=16, d_model=24, n_layers=3, n_heads=6, n_kv_heads=2)
+    cache = [{} for _ in range(3)]
+    with torch.no_grad():
+        GPT(config)(torch.zeros(1, 10, dtype=torch.long), cache=cache)
+    stored = sum(layer["k"].numel() + layer["v"].numel() for layer in cache)
+    assert kv_cache_size(config, 10) == stored == 2 * 3 * 10 * 8
 
 
 def test_gpt3_rough_formula_and_mlp_share():

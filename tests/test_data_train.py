@@ -80,6 +80,8 @@ def test_induction_task_layout():
     assert (x[:, 0] == SEP).all() and torch.equal(x[:, 6:], r[:, :4])
     assert (y[:, :6] == IGNORE_INDEX).all() and torch.equal(y[:, 6:], r[:, 1:])
     assert all(len(set(row.tolist())) == 5 for row in r)
+    x, _ = induction_task(200, 19, 20, seed=4, distinct=True)   # every content token, never SEP
+    assert all(sorted(row.tolist()) == list(range(1, 20)) for row in x[:, 1:20])
     with pytest.raises(ValueError, match="n"):
         induction_task(1, 20, 20, seed=0, distinct=True)
 
@@ -104,6 +106,18 @@ def test_task_batches_and_text_batch():
     assert x.shape == y.shape == (4, 16) and torch.equal(x[:, 1:], y[:, :-1])
     with pytest.raises(ValueError, match="block"):
         text_batch(ids, 1, len(ids))
+
+
+def test_text_batch_draws_every_valid_window_and_none_past_the_end():
+    """With ids 0…N−1 a window is identified by its first id: for N = block + 3 the starts are
+    exactly {0, 1, 2} (the target of start 2 ends at the last id), and 300 draws see all three."""
+    block = 5
+    ids = torch.arange(block + 3)
+    x, y = text_batch(ids, 300, block, seed=1)
+    assert set(x[:, 0].tolist()) == {0, 1, 2}
+    assert torch.equal(y, x + 1) and int(y.max()) == block + 2
+    x, y = text_batch(torch.arange(block + 1), 20, block, seed=2)   # one window only
+    assert torch.equal(x, torch.arange(block).expand(20, block))
 
 
 def test_unigram_loss():
@@ -148,6 +162,9 @@ def test_train_leaves_global_rng_untouched():
     train(model, copy_task(2, 2, 4, seed=0), steps=3, seed=1)
     assert torch.equal(torch.get_rng_state(), state)
     assert model.training
+    model.eval()                                   # the mode the caller had is restored
+    train(model, copy_task(2, 2, 4, seed=0), steps=1, seed=1)
+    assert not model.training and not model[1].training
 
 
 def test_train_accepts_callable_and_custom_loss():
@@ -156,6 +173,62 @@ def test_train_accepts_callable_and_custom_loss():
     losses = train(model, lambda step: copy_task(2, 2, 4, seed=step), steps=4,
                    loss_fn=lambda lg, t: cross_entropy_loss(lg, t) * 2, callback=lambda s, v: calls.append(s))
     assert len(losses) == 4 and calls == [0, 1, 2, 3]
+
+
+class _WithAux(nn.Module):
+    """Returns (logits, auxiliary output), as models with extra outputs do."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        return self.inner(x), torch.zeros(())
+
+
+def test_tuple_outputs_use_their_first_element_as_logits():
+    torch.manual_seed(0)
+    plain = nn.Sequential(nn.Embedding(4, 4), nn.Linear(4, 4))
+    batch = copy_task(4, 2, 4, seed=0)
+    assert evaluate_loss(_WithAux(plain), batch) == pytest.approx(evaluate_loss(plain, batch), rel=1e-9)
+    with torch.no_grad():
+        first = float(cross_entropy_loss(plain(batch[0]), batch[1]))
+    assert train(_WithAux(plain), batch, steps=1)[0] == pytest.approx(first, rel=1e-6)
+
+
+def _reference_loop(model, batches, steps, lr, loss_fn, grad_clip=None, weight_decay=0.0):
+    """AdamW written out with torch.optim, the loss and torch's clip_grad_norm_ per step."""
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=weight_decay)
+    losses = []
+    for _, (inputs, targets) in zip(range(steps), batches):
+        loss = loss_fn(model(inputs), targets)
+        opt.zero_grad()
+        loss.backward()
+        if grad_clip is not None:
+            nn.utils.clip_grad_norm_(model.parameters(), grad_clip)
+        opt.step()
+        losses.append(float(loss.detach()))
+    return losses
+
+
+@pytest.mark.parametrize("kw", [dict(loss_fn=lambda lg, t: 2 * cross_entropy_loss(lg[:, 3:5], t[:, 3:5]) + 3),
+                                dict(grad_clip=0.05), dict(weight_decay=2.0)])
+def test_custom_loss_grad_clip_and_weight_decay_change_the_trajectory(kw):
+    """train with a custom loss, clipping or weight decay reproduces a hand-written loop step
+    for step, and ends measurably away from the default run."""
+    def fresh():
+        torch.manual_seed(0)
+        return _tiny_model(6, 5, hidden=32)
+
+    def batches():
+        return task_batches(copy_task, 16, 3, 5, seed=0)
+
+    loss_fn = kw.get("loss_fn", cross_entropy_loss)
+    expected = _reference_loop(fresh(), batches(), 8, 1e-2, loss_fn, kw.get("grad_clip"), kw.get("weight_decay", 0.0))
+    got = train(fresh(), batches(), steps=8, lr=1e-2, **kw)
+    assert got == pytest.approx(expected, rel=1e-6, abs=1e-7)
+    default = train(fresh(), batches(), steps=8, lr=1e-2)
+    assert abs(got[-1] - default[-1]) > 1e-3
 
 
 def test_train_errors():
@@ -169,10 +242,37 @@ def test_train_errors():
 
 
 def test_evaluate_loss_token_weighted_and_restores_mode():
+    """Two batches with 24 and 4 supervised tokens: the mean over all 28 tokens (a sum of
+    per-token losses, by hand), not the mean of the two batch means."""
+    torch.manual_seed(0)
     model = nn.Sequential(nn.Embedding(4, 4), nn.Linear(4, 4))
+    a = copy_task(8, 3, 4, seed=0)
+    b_in, b_tgt = copy_task(8, 3, 4, seed=1)
+    b_tgt = b_tgt.clone()
+    b_tgt[2:] = IGNORE_INDEX                      # only 2 rows × 2 … keep 4 supervised tokens
+    b_tgt[:2, 3] = IGNORE_INDEX
+    assert int((a[1] != IGNORE_INDEX).sum()) == 24 and int((b_tgt != IGNORE_INDEX).sum()) == 4
+    with torch.no_grad():
+        per_token = [nn.functional.cross_entropy(model(x).reshape(-1, 4), t.reshape(-1), reduction="none",
+                                                 ignore_index=IGNORE_INDEX)[t.reshape(-1) != IGNORE_INDEX]
+                     for x, t in (a, (b_in, b_tgt))]
+    expected = float(torch.cat(per_token).mean())
+    assert abs(expected - float((per_token[0].mean() + per_token[1].mean()) / 2)) > 1e-3
+    assert evaluate_loss(model, [a, (b_in, b_tgt)]) == pytest.approx(expected, rel=1e-6)
+    assert evaluate_loss(model, [a, a]) == pytest.approx(float(per_token[0].mean()), rel=1e-6)
+    assert model.training
+
+
+def test_evaluate_loss_runs_in_eval_mode():
+    """With dropout p = 0.5 the loss in eval mode is deterministic and equals the loss of the
+    model switched to eval() by hand; a custom loss_fn is used as given."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(4, 16), nn.Dropout(0.5), nn.Linear(16, 4))
     batch = copy_task(8, 3, 4, seed=0)
+    model.eval()
     with torch.no_grad():
         direct = float(cross_entropy_loss(model(batch[0]), batch[1]))
+    model.train()
     assert evaluate_loss(model, batch) == pytest.approx(direct, rel=1e-6)
-    assert evaluate_loss(model, [batch, batch]) == pytest.approx(direct, rel=1e-6)
+    assert evaluate_loss(model, batch, loss_fn=lambda lg, t: cross_entropy_loss(lg, t) * 0 + 7.0) == 7.0
     assert model.training

@@ -7,6 +7,9 @@ import pytest
 import torch
 import transformers  # a pinned test dependency: a missing install must fail, not skip
 
+import torch.nn.functional as F
+
+from torch_helpers import randomize, ref_gpt, ref_layernorm, ref_rope
 from transformer_lib.config import ModelConfig
 from transformer_lib.counting import count_params, param_count
 from transformer_lib.model import GPT
@@ -22,7 +25,8 @@ CONFIGS = {
     "sinusoidal-untied": dict(positional="sinusoidal", tied_embeddings=False),
     "nopos-nobias-layernorm": dict(positional="none", bias=False, n_layers=3),
     "swiglu-bias": dict(mlp="swiglu", d_ff=20, positional="rope"),
-    "embedding-norm-no-final": dict(embedding_norm=True, final_norm=False, norm="rmsnorm"),
+    "embedding-norm-no-final": dict(embedding_norm=True, final_norm=False, norm="rmsnorm", norm_eps=0.5),
+    "postnorm-eps": dict(norm_first=False, norm_eps=0.3, positional="alibi"),
 }
 
 
@@ -58,18 +62,65 @@ def test_forward_shapes_and_no_leakage(name):
     assert not torch.allclose(model(changed)[:, 6:], logits[:, 6:])
 
 
-@pytest.mark.parametrize("name", list(CONFIGS))
-def test_cached_forward_equals_full_forward(name):
+ROPE_XFAIL = pytest.mark.xfail(reason="RoPE queries are not rotated (fixed by the library issue)", strict=True)
+
+
+def _with_rope_xfail(names):
+    return [pytest.param(n, marks=ROPE_XFAIL) if CONFIGS[n].get("positional") == "rope" else n for n in names]
+
+
+@pytest.mark.parametrize("name", _with_rope_xfail(CONFIGS))
+def test_full_and_cached_forward_match_a_hand_assembled_reference(name):
+    """Every positional scheme, norm placement, embedding norm and GQA against a forward pass
+    written with torch.nn.functional from the weights (tests/torch_helpers.ref_gpt), both for
+    the full sequence and for a prefill followed by one token at a time through the cache."""
     config = make(name)
     torch.manual_seed(0)
-    model = GPT(config).eval()
+    model = randomize(GPT(config).double(), seed=1).eval()     # random biases and gains
     idx = _ids(9, config.vocab_size, batch=2)
-    full = model(idx)
-    cache = [{} for _ in range(config.n_layers)]
-    steps = [model(idx[:, :5], cache=cache)] + [model(idx[:, t:t + 1], cache=cache)
-                                                for t in range(5, 9)]
-    torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=1e-5)
+    # the library's sinusoidal table is computed in float32: 1e-5; everything else is float64
+    tol = dict(atol=1e-5, rtol=1e-5) if config.positional == "sinusoidal" else dict(atol=1e-9, rtol=1e-9)
+    with torch.no_grad():
+        expected = ref_gpt(model, idx)
+        torch.testing.assert_close(model(idx), expected, **tol)
+        cache = [{} for _ in range(config.n_layers)]
+        steps = [model(idx[:, :5], cache=cache)] + [model(idx[:, t:t + 1], cache=cache)
+                                                    for t in range(5, 9)]
+    torch.testing.assert_close(torch.cat(steps, dim=1), expected, **tol)
     assert cache[0]["k"].shape == (2, config.n_kv_heads, 9, config.d_head)
+
+
+@pytest.mark.parametrize("name", ["llama-like", "swiglu-bias"])
+def test_rope_config_rotates_the_cached_keys(name):
+    """positional='rope' reaches the attention: the first layer's cached keys are the keys of
+    its normalised input rotated by position (hand-written complex rotation)."""
+    config = make(name)
+    torch.manual_seed(0)
+    model = randomize(GPT(config).double(), seed=2).eval()
+    idx = _ids(7, config.vocab_size, batch=2)
+    cache = [{} for _ in range(config.n_layers)]
+    with torch.no_grad():
+        model(idx, cache=cache)
+        x = ref_layernorm(F.embedding(idx, model.tok_emb.weight), model.blocks[0].norm1, config.norm)
+        attn = model.blocks[0].attn
+        k = F.linear(x, attn.k_proj.weight, attn.k_proj.bias).view(2, 7, config.n_kv_heads, -1).transpose(1, 2)
+    torch.testing.assert_close(cache[0]["k"], ref_rope(k, torch.arange(7), 10000.0), atol=1e-10, rtol=0)
+    assert not torch.allclose(cache[0]["k"][..., 1:, :], k[..., 1:, :])
+
+
+def test_residual_writes_are_scaled_by_one_over_sqrt_2L():
+    """GPT-2's initialisation: N(0, 0.02) everywhere except the two projections that write into
+    the residual stream, whose std is 0.02/√(2L) (measured on 4k–16k samples, 10 % margin)."""
+    L = 4
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(vocab_size=64, n_ctx=32, d_model=64, n_layers=L, n_heads=4))
+    for block in model.blocks:
+        for write in (block.attn.out_proj.weight, block.mlp.fc2.weight):
+            assert float(write.detach().std()) == pytest.approx(0.02 / (2 * L) ** 0.5, rel=0.1)
+        for read in (block.attn.q_proj.weight, block.mlp.fc1.weight):
+            assert float(read.detach().std()) == pytest.approx(0.02, rel=0.1)
+        assert torch.all(block.attn.out_proj.bias == 0) and torch.all(block.norm1.weight == 1)
+    assert float(model.tok_emb.weight.detach().std()) == pytest.approx(0.02, rel=0.1)
 
 
 @pytest.fixture(scope="module")
@@ -138,16 +189,24 @@ def test_greedy_generation_matches_transformers(tiny_gpt2):
     assert torch.equal(ours.generate(prompt, 8, temperature=0), expected)
 
 
-@pytest.mark.parametrize("name", ["llama-like", "gqa-alibi", "sinusoidal-untied", "swiglu-bias"])
+@pytest.mark.parametrize("name", _with_rope_xfail(["llama-like", "gqa-alibi", "sinusoidal-untied", "swiglu-bias"]))
 def test_generate_with_and_without_cache(name):
+    """Greedy generation, with and without cache, against argmax of the hand-assembled
+    reference over the last n_ctx tokens (the window slides: 3 + 11 > n_ctx = 12)."""
     config = make(name)
     torch.manual_seed(0)
-    model = GPT(config).eval()
+    model = randomize(GPT(config).double(), seed=3).eval()
     prompt = _ids(3, config.vocab_size, seed=4, batch=None)   # unbatched prompt
-    for sampling in (dict(temperature=0), dict(temperature=1.0, top_k=10)):
-        a, b = (model.generate(prompt, 14, use_cache=c, generator=torch.Generator().manual_seed(1),
-                               **sampling) for c in (True, False))
-        assert a.shape == (17,) and torch.equal(a, b)
+    expected = prompt[None]
+    with torch.no_grad():
+        for _ in range(11):
+            nxt = ref_gpt(model, expected[:, -config.n_ctx:])[:, -1].argmax(-1, keepdim=True)
+            expected = torch.cat([expected, nxt], dim=1)
+    for c in (True, False):
+        assert torch.equal(model.generate(prompt, 11, temperature=0, use_cache=c), expected[0])
+    a, b = (model.generate(prompt, 11, use_cache=c, generator=torch.Generator().manual_seed(1),
+                           temperature=1.0, top_k=10) for c in (True, False))
+    assert a.shape == (14,) and torch.equal(a, b)
 
 
 # ------------------------------------------------------------------ sampling: temperature, top-k

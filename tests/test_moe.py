@@ -27,7 +27,8 @@ def _loop_reference(layer, x, kept=None):
     probs = torch.softmax(logits, dim=-1)
     out = torch.zeros_like(flat)
     for t in range(flat.shape[0]):
-        top, idx = probs[t].topk(layer.top_k)
+        idx = sorted(range(layer.n_experts), key=lambda e: -float(probs[t, e].detach()))[:layer.top_k]
+        top = probs[t, idx]
         w = top / top.sum()
         for j in range(layer.top_k):
             if kept is not None and not kept[t, j]:
@@ -107,6 +108,47 @@ def test_capacity_drops_overflow_in_priority_order():
             assert not (kept[:, 1] & (idx[:, 1] == e)).any()
     dropped_tokens = ~kept.any(dim=1)
     assert (out[dropped_tokens] == 0).all()
+
+
+def _kept_by_hand(idx, cap, n_experts):
+    """Serve every token's first choice in token order, then the second choices, … up to cap."""
+    used, kept = [0] * n_experts, torch.zeros(idx.shape, dtype=torch.bool)
+    for j in range(idx.shape[1]):
+        for t in range(idx.shape[0]):
+            e = int(idx[t, j])
+            if used[e] < cap:
+                used[e] += 1
+                kept[t, j] = True
+    return kept
+
+
+@pytest.mark.parametrize("factor,T,k,e,cap", [(1.25, 10, 2, 4, 7), (1.0, 5, 1, 3, 2), (0.3, 7, 2, 4, 2),
+                                              (2.0, 6, 2, 4, 6)])
+def test_capacity_rounds_up_non_integer_products(factor, T, k, e, cap):
+    """ceil(factor·T·k/E) by hand: 6.25 -> 7, 5/3 -> 2, 1.05 -> 2, and exactly 6 stays 6."""
+    layer = _layer(e=e, k=k, capacity_factor=factor)
+    assert layer.capacity(T) == cap
+    out, aux = layer(_x(T, 8, seed=T))
+    assert torch.equal(aux["kept"], _kept_by_hand(aux["expert_index"], cap, e))
+
+
+def test_capacity_output_and_counts_against_a_hand_dispatch():
+    """With capacity 3 (1.2·10·2/8 = 3): kept assignments from a hand priority loop, the output
+    from a per-token loop over them, and tokens_per_expert counting every routed assignment
+    (dropped ones included), i.e. a bincount of the chosen experts."""
+    layer = _layer(e=8, k=2, capacity_factor=1.2, seed=3)
+    with torch.no_grad():
+        layer.router.gate.weight[0] += 2.0                 # skew the router so expert 0 overflows
+    x = _x(10, 8, seed=4) + 1.0
+    out, aux = layer(x)
+    idx = aux["expert_index"]
+    kept = _kept_by_hand(idx, 3, 8)
+    assert not kept.all()
+    assert torch.equal(aux["kept"], kept)
+    torch.testing.assert_close(out, _loop_reference(layer, x, kept), atol=1e-12, rtol=0)
+    by_hand = torch.tensor([int((idx == e).sum()) for e in range(8)])
+    assert torch.equal(aux["tokens_per_expert"].cpu().long(), by_hand)
+    assert int(aux["tokens_per_expert"].sum()) == 20 > int(kept.sum())
 
 
 def test_no_capacity_limit_by_default():
@@ -201,6 +243,18 @@ def test_moe_layer_errors():
         MoELayer(8, 16, 4, capacity_factor=0)
     with pytest.raises(ValueError, match="top_k"):
         MoELayer(8, 16, 4, top_k=5)
+
+
+@pytest.mark.parametrize("activation", ["relu", "swiglu"])
+def test_moe_block_experts_use_the_block_activation(activation):
+    """moe_block(..., activation=a) builds a-experts: each expert against F written by hand."""
+    torch.manual_seed(0)
+    block = moe_block(8, 2, n_experts=3, top_k=1, d_ff=12, activation=activation).double()
+    x = _x(5, 8, seed=6)
+    for ex in block.mlp.experts:
+        h = x @ ex.fc1.weight.T + ex.fc1.bias
+        h = torch.relu(h) if activation == "relu" else torch.nn.functional.silu(h) * (x @ ex.fc3.weight.T + ex.fc3.bias)
+        torch.testing.assert_close(ex(x), h @ ex.fc2.weight.T + ex.fc2.bias, atol=1e-12, rtol=0)
 
 
 def test_moe_block():

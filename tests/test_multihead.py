@@ -4,7 +4,9 @@ import torch
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from torch_helpers import rand, randomize
+import torch.nn.functional as F
+
+from torch_helpers import rand, randomize, ref_mha, ref_rope
 from transformer_lib.data import running_example
 from transformer_lib.attention import causal_mask, scaled_dot_product_attention
 from transformer_lib.multihead import MultiHeadAttention, merge_heads, split_heads
@@ -114,12 +116,14 @@ def test_gqa_parameter_count():
 
 
 # ------------------------------------------------------------------ GQA
-def test_gqa_full_kv_heads_equals_mha():
-    d, h = 8, 4
-    plain, gqa = make(d, h, causal=True), make(d, h, causal=True, n_kv_heads=h)
-    gqa.load_state_dict(plain.state_dict())
-    x = rand(2, 5, d, seed=5)
-    torch.testing.assert_close(gqa(x), plain(x), atol=0, rtol=0)
+@pytest.mark.parametrize("h_kv", [1, 2, 4])
+@pytest.mark.parametrize("causal", [False, True])
+def test_gqa_matches_torch_sdpa_with_enable_gqa(h_kv, causal):
+    """Grouped-query attention against F.scaled_dot_product_attention(enable_gqa=True), whose
+    query head i reads key/value head i // (h / h_kv)."""
+    mha = randomize(make(16, 4, causal=causal, n_kv_heads=h_kv), seed=h_kv)
+    x = rand(2, 6, 16, seed=5)
+    torch.testing.assert_close(mha(x), ref_mha(mha, x), **TOL)
 
 
 def test_gqa_equals_mha_with_repeated_kv_weights():
@@ -138,29 +142,80 @@ def test_gqa_equals_mha_with_repeated_kv_weights():
 
 
 # ------------------------------------------------------------------ KV cache
-@pytest.mark.parametrize("kw", [{}, {"rope": True}, {"n_kv_heads": 2}, {"rope": True, "n_kv_heads": 1},
-                                {"alibi": True}])
+ROPE_XFAIL = pytest.mark.xfail(reason="RoPE queries are not rotated (fixed by the library issue)", strict=True)
+CACHE_KW = [{}, pytest.param({"rope": True}, marks=ROPE_XFAIL), {"n_kv_heads": 2},
+            pytest.param({"rope": True, "n_kv_heads": 1}, marks=ROPE_XFAIL), {"alibi": True}]
+
+
+@pytest.mark.parametrize("kw", CACHE_KW)
 @pytest.mark.parametrize("batched", [True, False])
 def test_kv_cache_one_token_at_a_time(kw, batched):
+    """Full and token-by-token cached outputs both against the F.scaled_dot_product_attention
+    reference (tests/torch_helpers.ref_mha), not against each other."""
     d, h, n = 16, 4, 7
-    mha = make(d, h, causal=True, **kw)
+    mha = randomize(make(d, h, causal=True, **kw), seed=3)
     x = rand(2, n, d, seed=7) if batched else rand(n, d, seed=7)
-    full, full_w = mha(x, return_weights=True)
+    expected = ref_mha(mha, x if batched else x[None])
+    expected = expected if batched else expected[0]
+    torch.testing.assert_close(mha(x), expected, **TOL)
     cache = {}
     steps = [mha(x[..., t:t + 1, :], cache=cache, return_weights=True) for t in range(n)]
-    torch.testing.assert_close(torch.cat([s[0] for s in steps], dim=-2), full, **TOL)
-    torch.testing.assert_close(steps[-1][1][..., -1, :], full_w[..., -1, :], **TOL)
+    torch.testing.assert_close(torch.cat([s[0] for s in steps], dim=-2), expected, **TOL)
+    last = steps[-1][1][..., -1, :]                      # the last query sees all n keys
+    torch.testing.assert_close(last.sum(-1), torch.ones_like(last[..., 0]), **TOL)
     h_kv = kw.get("n_kv_heads", h)
     assert cache["k"].shape == ((2,) if batched else (1,)) + (h_kv, n, d // h)
 
 
-def test_kv_cache_in_chunks():
+@pytest.mark.parametrize("kw", [{"n_kv_heads": 2}, pytest.param({"rope": True, "n_kv_heads": 2}, marks=ROPE_XFAIL)])
+def test_kv_cache_in_chunks(kw):
     d, h = 16, 4
-    mha = make(d, h, causal=True, rope=True, n_kv_heads=2)
+    mha = randomize(make(d, h, causal=True, **kw), seed=4)
     x = rand(3, 9, d, seed=8)
     cache = {}
     outs = [mha(x[:, a:b], cache=cache) for a, b in ((0, 4), (4, 5), (5, 9))]
-    torch.testing.assert_close(torch.cat(outs, dim=1), mha(x), **TOL)
+    torch.testing.assert_close(torch.cat(outs, dim=1), ref_mha(mha, x), **TOL)
+
+
+@pytest.mark.parametrize("base", [10000.0, 100.0])
+def test_rope_base_and_offset_reach_the_cached_keys(base):
+    """The keys stored in the cache are rotated with the layer's rope_base, at their absolute
+    positions also when they arrive in chunks (hand-written complex rotation)."""
+    d, h = 16, 4
+    mha = randomize(make(d, h, causal=True, rope=True, rope_base=base, n_kv_heads=2), seed=5)
+    x = rand(2, 6, d, seed=9)
+    cache = {}
+    mha(x[:, :2], cache=cache)
+    mha(x[:, 2:], cache=cache)
+    k = F.linear(x, mha.k_proj.weight, mha.k_proj.bias).view(2, 6, 2, -1).transpose(1, 2)
+    torch.testing.assert_close(cache["k"], ref_rope(k, torch.arange(6), base), **TOL)
+
+
+# ------------------------------------------------------------------ masks and ALiBi against references
+@pytest.mark.parametrize("causal", [False, True])
+def test_padding_mask_matches_torch_sdpa(causal):
+    """A key-padding mask (b, 1, 1, m) in a causal layer must be AND-ed with the causal mask:
+    reference F.scaled_dot_product_attention with mask & tril."""
+    d, h, n = 8, 2, 6
+    mha = randomize(make(d, h, causal=causal), seed=6)
+    x = rand(2, n, d, seed=10)
+    keep = torch.tensor([[True] * 6, [True, True, True, True, False, False]])[:, None, None, :]
+    allowed = keep & torch.ones(n, n, dtype=torch.bool).tril() if causal else keep
+    q = F.linear(x, mha.q_proj.weight, mha.q_proj.bias).view(2, n, h, -1).transpose(1, 2)
+    k = F.linear(x, mha.k_proj.weight, mha.k_proj.bias).view(2, n, h, -1).transpose(1, 2)
+    v = F.linear(x, mha.v_proj.weight, mha.v_proj.bias).view(2, n, h, -1).transpose(1, 2)
+    o = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed).transpose(1, 2).reshape(2, n, d)
+    out, w = mha(x, mask=keep, return_weights=True)
+    torch.testing.assert_close(out, F.linear(o, mha.out_proj.weight, mha.out_proj.bias), **TOL)
+    assert torch.all(w[~allowed.expand_as(w)] == 0)
+
+
+def test_alibi_in_a_bidirectional_layer_is_symmetric():
+    """Non-causal ALiBi penalises distance in both directions: -slope·|i - j| (hand-built)."""
+    mha = randomize(make(16, 4, alibi=True), seed=7)
+    x = rand(2, 5, 16, seed=11)
+    torch.testing.assert_close(mha(x), ref_mha(mha, x), **TOL)
+    assert mha.causal is False
 
 
 def test_rope_and_alibi_change_the_output():

@@ -87,6 +87,7 @@ def test_learned_positional_embedding():
     emb = LearnedPositionalEmbedding(6, 4)
     assert emb.weight.shape == (6, 4)
     torch.testing.assert_close(emb(3), emb.weight[:3])
+    torch.testing.assert_close(emb(6), emb.weight)          # the full context, n = n_ctx
     torch.testing.assert_close(emb(torch.tensor([5, 0])), emb.weight[[5, 0]])
     with pytest.raises(ValueError, match="n_ctx"):
         emb(7)

@@ -76,6 +76,30 @@ def test_annotation_colour_contrasts_with_cell():
     assert colours == ["white", "black"]  # dark purple cell, bright yellow cell
 
 
+def _wcag_luminance(rgba):
+    """WCAG 2 relative luminance, written out here (independent of viz.relative_luminance)."""
+    lin = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in rgba[:3]]
+    return 0.2126 * lin[0] + 0.7152 * lin[1] + 0.0722 * lin[2]
+
+
+@pytest.mark.parametrize("cmap", ["gray", "viridis", "magma"])
+def test_every_annotation_takes_the_higher_contrast_ink(cmap):
+    """Across 41 cell colours the annotation is the ink (black or white) of higher WCAG contrast
+    with its cell; cells where both inks are within 3 % of each other may go either way."""
+    w = np.linspace(0.0, 1.0, 41)[None, :]
+    ax = viz.attention_heatmap(w, ["q"], [str(i) for i in range(41)], cmap=cmap, vmin=0.0, vmax=1.0)
+    image = ax.images[0]
+    checked = 0
+    for text, value in zip(ax.texts, w[0]):
+        lum = _wcag_luminance(image.cmap(image.norm(value)))
+        on_black, on_white = (lum + 0.05) / 0.05, 1.05 / (lum + 0.05)
+        if abs(on_black / on_white - 1) < 0.03:
+            continue
+        assert text.get_color() == ("black" if on_black > on_white else "white"), (cmap, value)
+        checked += 1
+    assert checked >= 38
+
+
 def test_attention_heatmap_accepts_numpy_and_existing_axes():
     fig, ax = plt.subplots()
     out = viz.attention_heatmap(np.eye(2), ["a", "b"], ax=ax, annotate=False)
@@ -96,6 +120,11 @@ def test_head_grid():
     fig = viz.head_grid(w, ["a", "b"], titles=["h1", "h2", "h3"])
     heat = [ax for ax in fig.axes if ax.get_title()]
     assert [ax.get_title() for ax in heat] == ["h1", "h2", "h3"]
+    # one shared scale from 0 to the global maximum (weights here lie in [0.2, 0.9])
+    w2 = torch.tensor([[[0.2, 0.8], [0.5, 0.5]], [[0.3, 0.7], [0.9, 0.1 + 0.2]]])
+    fig2 = viz.head_grid(w2, ["a", "b"])
+    limits = [ax.images[0].get_clim() for ax in fig2.axes if ax.images]
+    assert len(limits) == 2 and all(lim == (0.0, pytest.approx(0.9)) for lim in limits)
     with pytest.raises(ValueError, match="labels"):
         viz.head_grid(w, ["a"])
     with pytest.raises(ValueError, match="titles"):
