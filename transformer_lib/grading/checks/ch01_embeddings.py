@@ -145,15 +145,6 @@ def check_accepted_set_sizes(fn: Callable, W: torch.Tensor | None = None,
     ok(f"a fixed {n}×{n} mixing matrix accepts only sets of size {n} among {list(sizes)}")
 
 
-def _defined(n_rows_w: int, n_rows_x: int, d: int = 3) -> bool:
-    """Whether ``W @ X`` is defined for ``W`` of shape (n_rows_w, n_rows_w) and ``X`` of shape (n_rows_x, d)."""
-    try:
-        torch.zeros(n_rows_w, n_rows_w) @ torch.zeros(n_rows_x, d)
-    except RuntimeError:
-        return False
-    return True
-
-
 def check_fixed_mixing_answer(answer: Any) -> None:
     """Exercise 1.4's multiple-choice answer, ``"a"`` to ``"d"``: what a fixed mixing layer trained
     on 10 tokens does with 12. Chapter 1.
@@ -162,6 +153,13 @@ def check_fixed_mixing_answer(answer: Any) -> None:
     claim by trying the products; the right option is the one whose claim holds. A wrong option
     gets a message on the flaw in its own reasoning.
     """
+    def _defined(n_rows_w: int, n_rows_x: int, d: int = 3) -> bool:  # is W (n_w × n_w) @ X (n_x × d) defined?
+        try:
+            torch.zeros(n_rows_w, n_rows_w) @ torch.zeros(n_rows_x, d)
+        except RuntimeError:
+            return False
+        return True
+
     n, longer = 10, 12
     claims = {  # option: (does its claim hold?, what is wrong with it)
         "a": (all(_defined(n, m) for m in (n, longer)),
