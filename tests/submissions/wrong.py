@@ -120,6 +120,9 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             with torch._C.DisableTorchFunction():
                 return torch.softmax(x, dim)
             """}, {"check_stable_softmax"}, "from scratch"),
+        "softmax via logsumexp": ({"stable_softmax": """
+            return torch.exp(x - torch.logsumexp(x, dim=dim, keepdim=True))
+            """}, {"check_stable_softmax"}, "torch's logsumexp"),
         "softmax from the course library": ({"stable_softmax": """
             from transformer_lib.attention import softmax as library_softmax
             return library_softmax(x, dim)

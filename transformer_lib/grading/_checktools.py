@@ -119,7 +119,7 @@ def record(name: str, arrays: dict[str, Any], atol: float = 0.0, rtol: float = 0
     np.savez(path / f"{seq:02d}-{name}.npz", **data)
 
 
-_SOFTMAXES = ("softmax",)  # also log_softmax, nn.Softmax, torch.special.softmax, Tensor.softmax
+_SOFTMAXES = ("softmax", "logsumexp")  # also log_softmax, nn.Softmax, torch.special.softmax, Tensor.softmax
 _ATTENTIONS = ("scaled_dot_product_attention",)
 _LOOKUPS = {"embedding", "embedding_bag", "index_select", "gather", "take", "take_along_dim",
             "masked_select", "select", "narrow", "unbind", "__iter__", "split", "chunk", "tensor_split",
