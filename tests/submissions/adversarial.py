@@ -45,8 +45,8 @@ def _attention(q, k, v, mask=None):
 _real = {n: getattr(_c, n) for n in dir(_c) if n.startswith("check_")}
 _good = {
     "check_hand_qkv": lambda *a, **k: _real["check_hand_qkv"](_Q, _K, _Q),
-    "check_hand_scores": lambda *a, **k: _real["check_hand_scores"](_S),
-    "check_hand_weights": lambda *a, **k: _real["check_hand_weights"](_A, _A @ _Q),
+    "check_hand_scores": lambda *a, **k: _real["check_hand_scores"](_S, False),
+    "check_hand_weights": lambda *a, **k: _real["check_hand_weights"](_A, _A @ _Q, 1.0),
     "check_stable_softmax": lambda fn, *a, **k: _real["check_stable_softmax"](_softmax, *a, **k),
     "check_attention": lambda fn, *a, **k: _real["check_attention"](_attention, *a, **k),
     "check_masked_attention": lambda fn, *a, **k: _real["check_masked_attention"](_attention, *a, **k),
@@ -119,8 +119,8 @@ with open(f"/proc/{os.getppid()}/stat") as fh:  # the kernel's parent is the wor
 
 
 WRONG_BUT_DEFINED = {
-    "hand_qkv": "Q = K = V = torch.zeros(3, 2)", "hand_scores": "S = torch.zeros(3, 3)",
-    "hand_weights": "A = Z = torch.zeros(3, 3)", "stable_softmax": "return x",
+    "hand_qkv": "Q = K = V = torch.zeros(3, 2)", "hand_scores": "S = torch.zeros(3, 3)\nS_symmetric = True",
+    "hand_weights": "A = Z = torch.zeros(3, 3)\nA_row_sum = 0.0", "stable_softmax": "return x",
     "attention": "return V, Q", "variance_questions#0": "return 0.0",
     "variance_questions#1": "return (0.0, 0.0)", "variance_questions#2": "return 0.0",
 }

@@ -33,7 +33,28 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             """}, {"check_embedding_lookup"}, "indexing (W_E[ids]), a row lookup"),
         "embedding with F.embedding": ({"embed_via_one_hot": """
             return F.embedding(ids, W_E)
-            """}, {"check_embedding_lookup"}, "torch's embedding, a row lookup"),
+            """}, {"check_embedding_lookup"}, "torch's embedding on W_E, a row lookup"),
+        "embedding through numpy indexing": ({"embed_via_one_hot": """
+            return torch.from_numpy(W_E.numpy()[ids.numpy()])
+            """}, {"check_embedding_lookup"}, "torch's numpy on W_E"),
+        "embedding through numpy indexing, detached first": ({"embed_via_one_hot": """
+            return torch.from_numpy(W_E.detach().numpy()[ids.numpy()])
+            """}, {"check_embedding_lookup"}, "torch's numpy on W_E"),
+        "embedding by unbinding the rows of W_E": ({"embed_via_one_hot": """
+            rows = W_E.unbind(0)
+            return torch.stack([rows[i] for i in ids.reshape(-1).tolist()]).reshape(*ids.shape, -1)
+            """}, {"check_embedding_lookup"}, "torch's unbind on W_E"),
+        "embedding by iterating over W_E": ({"embed_via_one_hot": """
+            rows = list(W_E)
+            return torch.stack([rows[i] for i in ids.reshape(-1).tolist()]).reshape(*ids.shape, -1)
+            """}, {"check_embedding_lookup"}, "on W_E, a row lookup"),
+        "embedding via one_hot without num_classes": ({"embed_via_one_hot": """
+            return F.one_hot(ids).to(W_E.dtype) @ W_E
+            """}, {"check_embedding_lookup"}, "num_classes"),
+        "embedding detached from W_E": ({"embed_via_one_hot": """
+            one_hot = F.one_hot(ids, num_classes=W_E.shape[0]).to(W_E.dtype)
+            return one_hot @ W_E.detach()
+            """}, {"check_embedding_lookup"}, "no gradient"),
         "Nadaraya-Watson from the course library": ({"nadaraya_watson": """
             from transformer_lib.embedding import nadaraya_watson as library_nadaraya_watson
             return library_nadaraya_watson(x_query, x_train, y_train, bandwidth)
@@ -43,10 +64,10 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             """}, {"check_fixed_mixing_answer"}, "inner dimensions"),
         "fixed mixing question: the token width changes": ({"fixed_mixing_answer": """
             answer_fixed_mixing = "c"
-            """}, {"check_fixed_mixing_answer"}, "what breaks is n"),
+            """}, {"check_fixed_mixing_answer"}, "blames the width d"),
         "fixed mixing question: padding fixes it": ({"fixed_mixing_answer": """
             answer_fixed_mixing = "D"
-            """}, {"check_fixed_mixing_answer"}, "padding only moves the limit"),
+            """}, {"check_fixed_mixing_answer"}, "of 13 tokens"),
         "fixed mixing question: not a letter": ({"fixed_mixing_answer": """
             answer_fixed_mixing = 2
             """}, {"check_fixed_mixing_answer"}, "one of the letters"),
@@ -54,13 +75,34 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
     "02_building_up_attention": {
         "scores typed transposed (K Q^T)": ({"hand_scores": """
             S = torch.tensor([[5.0, 4.0, 7.0], [3.0, 2.0, 3.0], [6.0, 4.0, 6.0]])
+            S_symmetric = False
             """}, {"check_hand_scores"}, "S[0, 1] = 4, S[0, 2] = 7"),
         "one score miscomputed by hand": ({"hand_scores": """
             S = torch.tensor([[5.0, 3.0, 6.0], [4.0, 2.0, 4.0], [7.0, 3.0, 5.0]])
+            S_symmetric = False
             """}, {"check_hand_scores"}, "wrong entries (1 of 9), your values: S[2, 2] = 5"),
+        "S called symmetric": ({"hand_scores": """
+            S = torch.tensor([[5.0, 3.0, 6.0], [4.0, 2.0, 4.0], [7.0, 3.0, 6.0]])
+            S_symmetric = True
+            """}, {"check_hand_scores"}, "S_symmetric: S is symmetric when"),
+        "symmetry answered with a string": ({"hand_scores": """
+            S = torch.tensor([[5.0, 3.0, 6.0], [4.0, 2.0, 4.0], [7.0, 3.0, 6.0]])
+            S_symmetric = "no"
+            """}, {"check_hand_scores"}, "must be True or False"),
+        "hand weights to 2 decimals only": ({"hand_weights": """
+            A = torch.tensor([[0.31, 0.07, 0.62], [0.45, 0.11, 0.45], [0.64, 0.04, 0.32]])
+            Z = torch.tensor([[1.31, 1.62], [1.45, 1.45], [1.64, 1.32]])
+            A_row_sum = 1.0
+            """}, {"check_hand_weights"}, "right to 2 decimals but not to 3"),
+        "row sum of the whole matrix": ({"hand_weights": """
+            A = torch.tensor([[0.306, 0.074, 0.620], [0.446, 0.108, 0.446], [0.644, 0.038, 0.318]])
+            Z = torch.tensor([[1.306, 1.620], [1.446, 1.446], [1.644, 1.318]])
+            A_row_sum = 3.0
+            """}, {"check_hand_weights"}, "the sum of the whole matrix"),
         "hand weights without 1/sqrt(d_k)": ({"hand_weights": """
             A = torch.softmax(S.double(), dim=-1)
             Z = A @ V.double()
+            A_row_sum = 1.0
             """}, {"check_hand_weights"}, "√d_k"),
         "softmax over the wrong axis": ({"stable_softmax": """
             shifted = x - x.amax(dim=0, keepdim=True)
@@ -78,6 +120,9 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             with torch._C.DisableTorchFunction():
                 return torch.softmax(x, dim)
             """}, {"check_stable_softmax"}, "from scratch"),
+        "softmax via logsumexp": ({"stable_softmax": """
+            return torch.exp(x - torch.logsumexp(x, dim=dim, keepdim=True))
+            """}, {"check_stable_softmax"}, "torch's logsumexp"),
         "softmax from the course library": ({"stable_softmax": """
             from transformer_lib.attention import softmax as library_softmax
             return library_softmax(x, dim)

@@ -119,16 +119,20 @@ def record(name: str, arrays: dict[str, Any], atol: float = 0.0, rtol: float = 0
     np.savez(path / f"{seq:02d}-{name}.npz", **data)
 
 
-_SOFTMAXES = ("softmax",)  # also log_softmax, nn.Softmax, torch.special.softmax, Tensor.softmax
+_SOFTMAXES = ("softmax", "logsumexp")  # also log_softmax, nn.Softmax, torch.special.softmax, Tensor.softmax
 _ATTENTIONS = ("scaled_dot_product_attention",)
-_LOOKUPS = {"embedding", "embedding_bag", "index_select", "gather", "take", "take_along_dim"}
+_LOOKUPS = {"embedding", "embedding_bag", "index_select", "gather", "take", "take_along_dim",
+            "masked_select", "select", "narrow", "unbind", "__iter__", "split", "chunk", "tensor_split",
+            "unsafe_split", "unsafe_chunk", "split_with_sizes", "unfold", "as_strided",
+            "numpy", "__array__", "tolist", "item", "__dlpack__"}  # row access, or leaving torch
 _LIBRARY = f"{os.sep}transformer_lib{os.sep}"  # the course library's files (the grading package excepted)
 _GRADING = f"{_LIBRARY}grading{os.sep}"
 
 
 def _looks_up_values(name: str, args: tuple) -> bool:
-    """True for a row lookup (``W_E[ids]``, ``F.embedding``, ``index_select``, ``gather``, …) into a
-    table that is not one-hot: indexing ``torch.eye(C)`` to build one-hot rows is fine."""
+    """True for a row lookup (``W_E[ids]``, ``F.embedding``, ``index_select``, ``gather``, ``unbind``,
+    iterating, splitting, …) into a table that is not one-hot, or for taking it out of torch
+    (``.numpy()``, ``.tolist()``): indexing ``torch.eye(C)`` to build one-hot rows is fine."""
     if name == "__getitem__" and len(args) == 2:
         parts = args[1] if isinstance(args[1], tuple) else (args[1],)
         if not any(isinstance(p, (int, list)) or (isinstance(p, torch.Tensor) and not p.is_floating_point())
@@ -154,9 +158,9 @@ class _Watch(TorchFunctionMode):
             self.used.append(f"torch's {name}, which this exercise asks you to write from scratch (exp, sum, "
                              "amax, matmul): it is switched off during this check")
         elif self.lookups and _looks_up_values(name, args):
-            how = "indexing (W_E[ids])" if name == "__getitem__" else f"torch's {name}"
-            self.used.append(f"{how}, a row lookup: compute one_hot(ids) @ W_E instead, a matrix product "
-                             "(the point is that it equals the lookup)")
+            how = "indexing (W_E[ids])" if name == "__getitem__" else f"torch's {name} on W_E"
+            self.used.append(f"{how}, a row lookup (or a way out of torch): compute one_hot(ids) @ W_E "
+                             "instead, a matrix product (the point is that it equals the lookup)")
         return func(*args, **(kwargs or {}))
 
 
@@ -198,6 +202,10 @@ def call(fn: Any, *args: Any, what: str, banned: tuple[str, ...] = (), lookups: 
     except NotImplementedError:
         raise CheckFailed(f"{what} is not implemented yet: replace `raise NotImplementedError()` "
                           "with your code") from None
+    except Exception:
+        if used:  # e.g. .numpy() on a tensor that requires grad: name what was switched off
+            raise CheckFailed(f"{what} uses {used[0]}") from None
+        raise
     if used:
         raise CheckFailed(f"{what} uses {used[0]}")
     return result

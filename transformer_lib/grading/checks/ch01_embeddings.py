@@ -25,12 +25,22 @@ def check_embedding_lookup(fn: Callable, ids: torch.Tensor | None = None,
                            W_E: torch.Tensor | None = None) -> None:
     """``fn(ids (…,), W_E (C, d)) -> (…, d)`` must equal the row lookup ``W_E[ids]`` exactly,
     computed as a matrix product: row lookups (indexing, ``F.embedding``, ``index_select``,
-    ``gather``) are switched off while ``fn`` runs. Chapter 1."""
-    ids = torch.tensor([2, 0, 4, 2]) if ids is None else ids
+    ``gather``, ``unbind``, iterating, splitting) and leaving torch (``.numpy()``, ``.tolist()``)
+    are switched off while ``fn`` runs, and the gradient must flow back to ``W_E``: the rows of
+    ``one_hotᵀ · G`` for an upstream gradient ``G``. The default ids leave out the largest id
+    ``C − 1``. Chapter 1."""
+    ids = torch.tensor([2, 0, 3, 2]) if ids is None else ids
     W_E = seeded(0, 5, 3).float() if W_E is None else W_E
+    C, d = W_E.shape
     expected = W_E[ids].double().numpy()
-    got = as_array(call(fn, ids.clone(), W_E.clone(), what="embed_via_one_hot(ids, W_E)", lookups=True),
-                   "the embeddings")
+    table = W_E.detach().clone().requires_grad_(True)  # a leaf: the gradient must reach it
+    try:
+        out = call(fn, ids.clone(), table, what="embed_via_one_hot(ids, W_E)", lookups=True)
+    except RuntimeError:
+        hint = (f" — these ids do not contain the largest id C − 1 = {C - 1}: does your one-hot encoding "
+                f"have C = W_E.shape[0] = {C} columns (num_classes)?" if int(ids.max()) < C - 1 else "")
+        raise CheckFailed(f"embed_via_one_hot(ids, W_E) raised a RuntimeError{hint}") from None
+    got = as_array(out, "the embeddings")
     record("embedding", {"out": got})
     if got.ndim == 2 and got.shape == expected.shape[::-1] and close(got.T, expected, 0, 0):
         fail("the result is transposed: tokens are rows, so the embeddings are one_hot(ids) @ W_E "
@@ -39,7 +49,18 @@ def check_embedding_lookup(fn: Callable, ids: torch.Tensor | None = None,
     if not close(got, expected, 0.0, 0.0):
         fail("row t of one_hot(ids) @ W_E must be exactly row ids[t] of W_E "
              "(a one-hot vector selects one row of W_E)", expected, got)
-    ok(f"one_hot(ids) @ W_E equals the row lookup W_E[ids] exactly, shape {tuple(expected.shape)}")
+    if not (isinstance(out, torch.Tensor) and out.requires_grad):
+        raise CheckFailed("the embeddings carry no gradient back to W_E: stay in torch (no .numpy(), "
+                          ".tolist() or new tensors built from numbers) so that training can update W_E")
+    upstream = seeded(3, *got.shape).to(out.dtype)
+    (grad,) = torch.autograd.grad(out, table, upstream, allow_unused=True)
+    grad_ref = torch.zeros(C, d, dtype=torch.float64).index_add_(0, ids.reshape(-1), upstream.double().reshape(-1, d))
+    grad = np.zeros((C, d)) if grad is None else as_array(grad, "the gradient")
+    if not close(grad, grad_ref.numpy(), 1e-5, 1e-5):
+        fail("the gradient with respect to W_E must be one_hotᵀ · G: row c collects the upstream "
+             "gradient of every position holding token c", grad_ref.numpy(), grad)
+    ok(f"one_hot(ids) @ W_E equals the row lookup W_E[ids] exactly, shape {tuple(expected.shape)}, "
+       "and its gradient reaches W_E")
 
 
 def check_nadaraya_watson(fn: Callable, x_query: torch.Tensor | None = None,
@@ -126,21 +147,40 @@ def check_accepted_set_sizes(fn: Callable, W: torch.Tensor | None = None,
 
 def check_fixed_mixing_answer(answer: Any) -> None:
     """Exercise 1.4's multiple-choice answer, ``"a"`` to ``"d"``: what a fixed mixing layer trained
-    on 10 tokens does with 12. A wrong option gets the misconception behind it. Chapter 1."""
-    options = {
-        "a": "W X is not defined for 12 tokens: W has one column per position, so X must have exactly "
-             "n = 10 rows (the inner dimensions of the product must agree)",
-        "b": None,
-        "c": "the width d of a token vector does not change with the sentence length; what breaks is n, "
-             "the number of rows of X, which W (n × n) fixes",
-        "d": "padding only moves the limit (a 13-token sentence fails again), and the padded W still mixes "
-             "by absolute position, with weights that do not depend on the tokens",
+    on 10 tokens does with 12. Chapter 1.
+
+    No option is marked right here: each is a claim about matrix shapes, and the check tests every
+    claim by trying the products; the right option is the one whose claim holds. A wrong option
+    gets a message on the flaw in its own reasoning.
+    """
+    def _defined(n_rows_w: int, n_rows_x: int, d: int = 3) -> bool:  # is W (n_w × n_w) @ X (n_x × d) defined?
+        try:
+            torch.zeros(n_rows_w, n_rows_w) @ torch.zeros(n_rows_x, d)
+        except RuntimeError:
+            return False
+        return True
+
+    n, longer = 10, 12
+    claims = {  # option: (does its claim hold?, what is wrong with it)
+        "a": (all(_defined(n, m) for m in (n, longer)),
+              "(a) says the product W X exists for any number of rows of X. Compare the shapes: W is "
+              f"{n} × {n} and X is {longer} × d, and a product needs the inner dimensions to agree"),
+        "b": (_defined(n, n) and not _defined(n, longer),
+              "(b) is not the statement the products bear out"),
+        "c": (not all(_defined(n, n, d) for d in (1, 3, 64)),
+              "(c) blames the width d of the token vectors. A longer sentence has more tokens, each of "
+              "the same width; try W X with X of shape 10 × d for a few widths d"),
+        "d": (all(_defined(longer, max(m, longer)) for m in (n, longer, longer + 1)),  # shorter ones padded
+              f"(d) trusts padding to {longer} for good. Ask what the padded layer does with a sentence "
+              f"of {longer + 1} tokens, and whether its weights then depend on the tokens at all"),
     }
     choice = answer.strip().lower() if isinstance(answer, str) else ""
-    record("fixed_mixing_answer", {"choice": np.array([ord(choice) if choice in options else 0.0])})
-    if choice not in options:
+    record("fixed_mixing_answer", {"choice": np.array([ord(choice) if choice in claims else 0.0])})
+    if choice not in claims:
         raise CheckFailed('answer_fixed_mixing must be one of the letters "a", "b", "c" or "d", '
                           f"as a string (got {typename(answer)})")
-    if options[choice]:
-        raise CheckFailed(f"({choice}) is not right: {options[choice]}")
-    ok("(b): Y = W X needs exactly n rows, and W's weights belong to positions, not to tokens")
+    holds, flaw = claims[choice]
+    if not holds:
+        raise CheckFailed(f"({choice}) is not right: {flaw}")
+    ok(f"({choice}): the shapes bear it out — W X needs X to have exactly n rows, and W's weights "
+       "belong to positions, not to tokens")

@@ -14,8 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from .._checktools import (seeded, _ATTENTIONS, _SOFTMAXES, CheckFailed, as_array, call, check_finite, check_shape,
-                           close,
-                          fail, ok, record, unpack_pair)
+                           close, fail, ok, record, typename, unpack_pair)
 
 __all__ = ["check_hand_qkv", "check_hand_scores", "check_hand_weights", "check_stable_softmax",
            "check_attention", "check_masked_attention", "check_score_std", "check_score_range",
@@ -231,8 +230,18 @@ def check_hand_qkv(Q: Any, K: Any, V: Any) -> None:
     ok("Q, K and V of the practice problem are right")
 
 
-def check_hand_scores(S: Any) -> None:
-    """The practice problem's raw scores ``S = Q Kᵀ`` (3×3). Chapter 2."""
+def _truth_value(answer: Any, what: str) -> bool:
+    """A yes/no answer as a bool: ``True``/``False`` (also a NumPy or one-element torch bool)."""
+    if isinstance(answer, torch.Tensor) and answer.numel() == 1 and answer.dtype == torch.bool:
+        return bool(answer)
+    if isinstance(answer, (bool, np.bool_)):
+        return bool(answer)
+    raise CheckFailed(f"{what} must be True or False (got {typename(answer)})")
+
+
+def check_hand_scores(S: Any, S_symmetric: Any = None) -> None:
+    """The practice problem's raw scores ``S = Q Kᵀ`` (3×3), and the answer to "is S symmetric?"
+    (``True``/``False``, decided here by comparing the reference S with its transpose). Chapter 2."""
     q, k = _X @ _W_Q, _X @ _W_K
     s, d_k = q @ k.T, q.shape[-1]
     got = as_array(S, "S")
@@ -241,22 +250,48 @@ def check_hand_scores(S: Any) -> None:
         "S looks transposed: s_ij = q_i · k_j, so S = Q Kᵀ (row i belongs to query i), not K Qᵀ": s.T,
         "S is the raw score matrix Q Kᵀ; the 1/√d_k scaling comes in the next step": s / math.sqrt(d_k),
         "the keys are K = X W_K, not Q (Q Qᵀ is symmetric)": q @ q.T})
-    ok("S = Q Kᵀ of the practice problem is right (note s_12 ≠ s_21: S is not symmetric)")
+    answer = _truth_value(S_symmetric, "S_symmetric")
+    record("hand_symmetric", {"S_symmetric": np.array([float(answer)])})
+    if answer != bool(torch.equal(s, s.T)):
+        raise CheckFailed("S_symmetric: S is symmetric when s_ij = s_ji for every pair i, j; compare the "
+                          "entries of your (correct) S above and below its diagonal")
+    ok("S = Q Kᵀ of the practice problem is right, and so is your answer on its symmetry")
 
 
-def check_hand_weights(A: Any, Z: Any) -> None:
-    """The practice problem's ``A = softmax(S/√d_k)`` and ``Z = A V`` to 3 decimals. Chapter 2."""
-    q, k, v, atol = _X @ _W_Q, _X @ _W_K, _X @ _W_V, 5e-3
+def check_hand_weights(A: Any, Z: Any, A_row_sum: Any = None) -> None:
+    """The practice problem's ``A = softmax(S/√d_k)`` to 3 decimals (within 0.0005), ``Z = A V`` to
+    3 decimals (within 0.001, so that Z computed from the rounded A counts), and what each row of A
+    sums to. Chapter 2."""
+    q, k, v, atol, atol_z = _X @ _W_Q, _X @ _W_K, _X @ _W_V, 5e-4 + 1e-9, 1e-3
     s, d_k = q @ k.T, q.shape[-1]
     a = torch.softmax(s / math.sqrt(d_k), dim=-1)
     got_a, got_z = as_array(A, "A"), as_array(Z, "Z")
-    record("hand_weights", {"A": got_a, "Z": got_z}, atol=atol)
-    _compare_hand("A", got_a, a, atol, {
-        f"did you forget to divide the scores by √d_k = √{d_k} before the softmax?": torch.softmax(s, -1),
-        f"divide the scores by √d_k = √{d_k} ≈ {math.sqrt(d_k):.3f}, not by d_k = {d_k}": torch.softmax(s / d_k, -1),
-        "columns sum to 1 instead of rows — did you take the softmax over the wrong axis?":
-            torch.softmax(s / math.sqrt(d_k), 0),
-        "A looks transposed: row i holds query i's weights over the keys": a.T})
-    _compare_hand("Z", got_z, a @ v, atol, {"Z = A V: the weights multiply V from the left": a.T @ v,
-                                            "Z uses the values V, not the keys K": a @ k})
-    ok(f"A = softmax(S/√{d_k}) and Z = A V of the practice problem are right (to {atol})")
+    record("hand_weights", {"A": got_a, "Z": got_z}, atol=atol_z)
+    hints = {f"did you forget to divide the scores by √d_k = √{d_k} before the softmax?": torch.softmax(s, -1),
+             f"divide the scores by √d_k = √{d_k} ≈ {math.sqrt(d_k):.3f}, not by d_k = {d_k}":
+                 torch.softmax(s / d_k, -1),
+             "columns sum to 1 instead of rows — did you take the softmax over the wrong axis?":
+                 torch.softmax(s / math.sqrt(d_k), 0),
+             "A looks transposed: row i holds query i's weights over the keys": a.T}
+    if got_a.shape == a.shape and close(got_a, a.numpy(), 5e-3, 0.0) and not close(got_a, a.numpy(), atol, 0.0):
+        raise CheckFailed("A: right to 2 decimals but not to 3 — give every weight to 3 decimals "
+                          "(within 0.0005 of the exact value)")
+    _compare_hand("A", got_a, a, atol, hints)
+    if got_z.shape == (a @ v).shape and close(got_z, (a @ v).numpy(), 5e-3, 0.0) \
+            and not close(got_z, (a @ v).numpy(), atol_z, 0.0):
+        raise CheckFailed("Z: right to 2 decimals but not to 3 — give every entry to 3 decimals")
+    _compare_hand("Z", got_z, a @ v, atol_z, {"Z = A V: the weights multiply V from the left": a.T @ v,
+                                              "Z uses the values V, not the keys K": a @ k})
+    if A_row_sum is None:
+        raise CheckFailed("A_row_sum: set it to what each row of A sums to (a number)")
+    row_sum = as_array(A_row_sum, "A_row_sum")
+    record("hand_row_sum", {"A_row_sum": row_sum}, atol=1e-6)
+    if row_sum.shape not in {(), (1,), (a.shape[0],)}:
+        raise CheckFailed(f"A_row_sum: one number (or one per row), got shape {row_sum.shape}")
+    if not np.allclose(row_sum, a.sum(dim=-1).numpy(), atol=1e-6, rtol=0):
+        hint = ("that is the sum of the whole matrix; the question is about one row"
+                if np.allclose(row_sum, a.sum().item(), atol=1e-6) else
+                "each row of A is a softmax: positive numbers divided by their own total")
+        raise CheckFailed(f"A_row_sum: {hint}")
+    ok(f"A = softmax(S/√{d_k}) and Z = A V of the practice problem are right to 3 decimals, "
+       "and so is the row sum")
