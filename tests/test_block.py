@@ -144,12 +144,9 @@ def test_residual_toggle(norm_first):
     torch.testing.assert_close(block(x), expected, **TOL)
 
 
-ROPE_XFAIL = pytest.mark.xfail(reason="RoPE queries are not rotated (fixed by the library issue)", strict=True)
-
-
 @pytest.mark.parametrize("kw", [dict(norm="rmsnorm", activation="swiglu", n_kv_heads=1),
                                 dict(norm_first=False, alibi=True, activation="gelu_tanh"),
-                                pytest.param(dict(rope=True), marks=ROPE_XFAIL)])
+                                dict(rope=True)])
 def test_block_full_and_cached_match_a_functional_reference(kw):
     """Full and token-by-token cached outputs against the block recomputed with
     torch.nn.functional (tests/torch_helpers.ref_block), not against each other."""

@@ -62,14 +62,7 @@ def test_forward_shapes_and_no_leakage(name):
     assert not torch.allclose(model(changed)[:, 6:], logits[:, 6:])
 
 
-ROPE_XFAIL = pytest.mark.xfail(reason="RoPE queries are not rotated (fixed by the library issue)", strict=True)
-
-
-def _with_rope_xfail(names):
-    return [pytest.param(n, marks=ROPE_XFAIL) if CONFIGS[n].get("positional") == "rope" else n for n in names]
-
-
-@pytest.mark.parametrize("name", _with_rope_xfail(CONFIGS))
+@pytest.mark.parametrize("name", list(CONFIGS))
 def test_full_and_cached_forward_match_a_hand_assembled_reference(name):
     """Every positional scheme, norm placement, embedding norm and GQA against a forward pass
     written with torch.nn.functional from the weights (tests/torch_helpers.ref_gpt), both for
@@ -189,7 +182,7 @@ def test_greedy_generation_matches_transformers(tiny_gpt2):
     assert torch.equal(ours.generate(prompt, 8, temperature=0), expected)
 
 
-@pytest.mark.parametrize("name", _with_rope_xfail(["llama-like", "gqa-alibi", "sinusoidal-untied", "swiglu-bias"]))
+@pytest.mark.parametrize("name", ["llama-like", "gqa-alibi", "sinusoidal-untied", "swiglu-bias"])
 def test_generate_with_and_without_cache(name):
     """Greedy generation, with and without cache, against argmax of the hand-assembled
     reference over the last n_ctx tokens (the window slides: 3 + 11 > n_ctx = 12)."""

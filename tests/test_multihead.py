@@ -142,9 +142,8 @@ def test_gqa_equals_mha_with_repeated_kv_weights():
 
 
 # ------------------------------------------------------------------ KV cache
-ROPE_XFAIL = pytest.mark.xfail(reason="RoPE queries are not rotated (fixed by the library issue)", strict=True)
-CACHE_KW = [{}, pytest.param({"rope": True}, marks=ROPE_XFAIL), {"n_kv_heads": 2},
-            pytest.param({"rope": True, "n_kv_heads": 1}, marks=ROPE_XFAIL), {"alibi": True}]
+CACHE_KW = [{}, {"rope": True}, {"n_kv_heads": 2},
+            {"rope": True, "n_kv_heads": 1}, {"alibi": True}]
 
 
 @pytest.mark.parametrize("kw", CACHE_KW)
@@ -167,7 +166,7 @@ def test_kv_cache_one_token_at_a_time(kw, batched):
     assert cache["k"].shape == ((2,) if batched else (1,)) + (h_kv, n, d // h)
 
 
-@pytest.mark.parametrize("kw", [{"n_kv_heads": 2}, pytest.param({"rope": True, "n_kv_heads": 2}, marks=ROPE_XFAIL)])
+@pytest.mark.parametrize("kw", [{"n_kv_heads": 2}, {"rope": True, "n_kv_heads": 2}])
 def test_kv_cache_in_chunks(kw):
     d, h = 16, 4
     mha = randomize(make(d, h, causal=True, **kw), seed=4)
