@@ -82,8 +82,10 @@ def check_layer_norm(fn: Callable, x: torch.Tensor | None = None, gamma: torch.T
         variants["the statistics run over the whole sequence (dims -2 and -1): LayerNorm normalises each "
                  "token separately, over its features only (dim=-1)"] = standardise((xd.ndim - 2, xd.ndim - 1)) * g + b
     hint = _first_match(got, {k: v.numpy() for k, v in variants.items()}, atol)
-    fail(hint or f"layer_norm differs from γ ⊙ (x − μ)/√(σ² + ε) + β with μ, σ² over the last axis "
-         f"(atol {atol})", expected, got)
+    worst = np.unravel_index(np.argmax(np.abs(got - expected).max(axis=-1)), expected.shape[:-1])
+    where = f"\n  the token that differs most, x[{', '.join(map(str, worst))}], is shown" if worst else ""
+    fail((hint or f"layer_norm differs from γ ⊙ (x − μ)/√(σ² + ε) + β with μ, σ² over the last axis "
+          f"(atol {atol})") + where, expected[worst], got[worst])
 
 
 # ---------------------------------------------------------------- 3.2 the position-wise MLP
