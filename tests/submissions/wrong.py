@@ -173,3 +173,4 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             """}, {"check_score_std"}, "score_std(1)"),
     },
 }
+from submissions.wrong_ch03 import WRONG as _ch03; WRONG.update(_ch03)  # noqa: E402, E702
