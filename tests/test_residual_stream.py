@@ -10,7 +10,8 @@ from torch_helpers import rand
 from transformer_lib.block import TransformerBlock
 from transformer_lib.config import ModelConfig
 from transformer_lib.model import GPT
-from transformer_lib.stream import Stream, input_gradient_norm, logit_lens, through_block
+from transformer_lib.stream import (Stream, block_gradient_norms, input_gradient_norm, logit_lens,
+                                    through_block)
 
 BASE = dict(vocab_size=13, n_ctx=10, d_model=16, n_layers=3, n_heads=4)
 PRE_NORM = {
@@ -154,3 +155,16 @@ def test_residual_flag_is_validated(bad, error, match):
 def test_return_stream_flag_is_validated():
     with pytest.raises(TypeError, match="return_stream: expected a bool"):
         _model()(_ids(), return_stream="yes")
+
+
+def test_block_gradient_norms_match_backward():
+    model, idx = _model(), _ids()
+    targets = _ids(seed=2)
+    norms = block_gradient_norms(model, idx, targets)
+    assert all(p.grad is None for p in model.parameters())
+    F.cross_entropy(model(idx).reshape(-1, 13), targets.reshape(-1)).backward()
+    for got, block in zip(norms, model.blocks, strict=True):
+        expected = torch.cat([p.grad.reshape(-1) for p in block.parameters()]).norm()
+        assert got == pytest.approx(float(expected), rel=1e-10)
+    with pytest.raises(ValueError, match="targets: expected shape"):
+        block_gradient_norms(model, idx, targets[:, :3])

@@ -17,11 +17,12 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_lib._checks import require_instance, require_int, require_tensor
 
-__all__ = ["Stream", "through_block", "logit_lens", "input_gradient_norm"]
+__all__ = ["Stream", "through_block", "logit_lens", "input_gradient_norm", "block_gradient_norms"]
 
 
 class Stream(NamedTuple):
@@ -96,3 +97,20 @@ def input_gradient_norm(blocks: Sequence[nn.Module], x: Tensor, seed: int = 0) -
     g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype)
     (grad,) = torch.autograd.grad(out, x, grad_outputs=g)
     return float(grad.norm() / g.norm())
+
+
+def block_gradient_norms(model: nn.Module, idx: Tensor, targets: Tensor) -> list[float]:
+    """The gradient each block of a GPT receives: for ids ``idx`` ``(b, n)`` and next tokens
+    ``targets`` ``(b, n)``, the cross-entropy is back-propagated once and block ℓ's entry is
+    the norm of the gradient of all its parameters together, ``√(Σ_p ‖∂loss/∂p‖²)``. Returns L
+    numbers, bottom block first; the model's own ``.grad`` fields are left untouched. Chapter 4.
+    """
+    require_tensor("idx", idx)
+    require_tensor("targets", targets)
+    if targets.shape != idx.shape:
+        raise ValueError(f"targets: expected shape {tuple(idx.shape)} (that of idx), got {tuple(targets.shape)}")
+    logits = model(idx)
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    per_block = [[p for p in block.parameters() if p.requires_grad] for block in model.blocks]
+    grads = iter(torch.autograd.grad(loss, [p for ps in per_block for p in ps]))  # one backward pass
+    return [float(torch.sqrt(sum((g * g).sum() for _, g in zip(ps, grads)))) for ps in per_block]
