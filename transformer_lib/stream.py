@@ -13,7 +13,7 @@ Chapter 4.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import NamedTuple
 
 import torch
@@ -81,14 +81,14 @@ def logit_lens(model: nn.Module, state: Tensor) -> Tensor:
     return model.lm_head(model.norm_f(state))
 
 
-def input_gradient_norm(blocks: Sequence[nn.Module], x: Tensor, seed: int = 0) -> float:
+def input_gradient_norm(blocks: Iterable[nn.Module], x: Tensor, seed: int = 0) -> float:
     """How much gradient reaches the input of a stack of blocks: ``‖gᵀ J‖ / ‖g‖`` for the
     Jacobian J of ``blocks[-1](… blocks[0](x))`` at ``x`` ``(b, n, d)`` and a random output
     gradient g (standard normal, seeded by ``seed``). 1 means the stack passes the gradient on
     unchanged in size; ≪ 1 it vanishes, ≫ 1 it explodes. Chapter 4.
     """
     require_tensor("x", x)
-    require_instance("blocks", blocks, Sequence, "a sequence of modules")
+    blocks = list(require_instance("blocks", blocks, Iterable, "an iterable of modules (a ModuleList)"))
     require_int("seed", seed, low=0)
     x = x.detach().clone().requires_grad_(True)
     out = x
