@@ -128,3 +128,7 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             """}, {"check_score_std"}, "score_std(1)"),
     },
 }
+
+from submissions.wrong_ch04 import WRONG as _ch04  # noqa: E402
+
+WRONG.update(_ch04)
