@@ -91,9 +91,7 @@ def check_pre_norm_block(fn: Callable, d: int = 8, seed: int = 0) -> None:
     """``fn(x, attn, mlp, norm1, norm2)`` must compute a pre-norm block. Chapter 4."""
     attn, mlp, norm1, norm2 = sublayers(d, seed)
     x = seeded(seed + 50, 2, 5, d)
-    with torch.no_grad():
-        got = as_array(call(fn, x.clone(), attn, mlp, norm1, norm2,
-                            what="pre_norm_block(x, attn, mlp, norm1, norm2)"), "pre_norm_block(x, …)")
+    with torch.no_grad():                           # references first: the student gets a fresh copy
         a = attn(norm1(x)); x1 = x + a
         expected = (x1 + mlp(norm2(x1))).numpy()
         post1 = norm1(x + attn(x))
@@ -112,6 +110,8 @@ def check_pre_norm_block(fn: Callable, d: int = 8, seed: int = 0) -> None:
                 mlp(norm2(a)),
             "norm1 is used twice: the MLP reads norm2(x1)": x1 + mlp(norm1(x1)),
         }
+        got = as_array(call(fn, x.clone(), *sublayers(d, seed),
+                            what="pre_norm_block(x, attn, mlp, norm1, norm2)"), "pre_norm_block(x, …)")
     record("pre_norm_block", {"out": got}, atol=1e-10, rtol=1e-10)
     check_shape(got, expected.shape, "the block's output", "a block maps (b, n, d) to (b, n, d)")
     for hint, variant in variants.items():
@@ -132,10 +132,11 @@ def _unpack_stream(result: object) -> tuple[np.ndarray, list[np.ndarray]]:
 
 def check_stream_writes(fn: Callable, seed: int = 0, n_layers: int = 3, n: int = 6) -> None:
     """``fn(model, idx) -> (x0, writes)`` for a ``TinyGPT``: the embedding and the 2L writes. Chapter 4."""
-    model = tiny_gpt(seed, n_layers)
+    model = tiny_gpt(seed, n_layers)                # a fresh copy: the student's cannot change it
     idx = torch.randint(0, 11, (2, n), generator=torch.Generator().manual_seed(seed + 7))
     with torch.no_grad():
-        x0, writes = _unpack_stream(call(fn, model, idx.clone(), what="stream_writes(model, idx)"))
+        x0, writes = _unpack_stream(call(fn, tiny_gpt(seed, n_layers), idx.clone(),
+                                         what="stream_writes(model, idx)"))
         x = model.tok_emb(idx) + model.pos_emb.weight[:n]
         ref_x0, ref_writes, states, raw = x.numpy(), [], [], []
         for b in model.blocks:
