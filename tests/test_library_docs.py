@@ -26,7 +26,7 @@ from torch import nn
 
 from repo_paths import REPO
 
-MODULES = ["embedding", "attention", "multihead", "block", "positional", "moe",
+MODULES = ["embedding", "attention", "multihead", "block", "stream", "positional", "moe",
            "model", "loading", "counting", "config", "viz", "data", "train"]
 MAX_LINES = 300
 

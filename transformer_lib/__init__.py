@@ -5,6 +5,7 @@ One module per idea; import from the modules, e.g. ``from transformer_lib.attent
 - ``embedding``   one-hot, embedding lookup, fixed mixing, Nadaraya–Watson  (Chapter 1)
 - ``attention``   softmax, scaled dot-product attention, causal mask, SelfAttention  (Chapter 2)
 - ``block``       LayerNorm, RMSNorm, MLP, TransformerBlock  (Chapters 3–4)
+- ``stream``      the residual stream: states and writes, logit lens, input gradient  (Chapter 4)
 - ``multihead``   split/merge heads, MultiHeadAttention  (Chapter 5)
 - ``positional``  sinusoidal, learned, RoPE, ALiBi  (Chapter 6)
 - ``config``, ``model``  ModelConfig, the decoder-only GPT  (Chapter 7)
@@ -18,6 +19,7 @@ __all__ = [
     "embedding",
     "attention",
     "block",
+    "stream",
     "multihead",
     "positional",
     "config",

@@ -17,11 +17,12 @@ import torch
 from torch import Tensor, nn
 
 from transformer_lib import loading
-from transformer_lib._checks import (require_ids, require_instance, require_int, require_positions,
-                                     require_positive)
+from transformer_lib._checks import (require_bool, require_ids, require_instance, require_int,
+                                     require_positions, require_positive)
 from transformer_lib.block import TransformerBlock, make_norm
 from transformer_lib.config import ModelConfig
 from transformer_lib.positional import LearnedPositionalEmbedding, sinusoidal_encoding
+from transformer_lib.stream import Stream, through_block
 
 __all__ = ["GPT"]
 
@@ -50,12 +51,14 @@ class GPT(nn.Module):
     positional='learned'; 'sinusoidal' adds a fixed buffer, 'rope'/'alibi' act inside
     attention, 'none' adds nothing), `emb_norm` (only with embedding_norm), `blocks`
     (ModuleList of causal TransformerBlocks), `norm_f` (final norm or Identity), `lm_head`
-    (nn.Linear d→V without bias, its weight *is* `tok_emb.weight` when tied). Chapter 7.
+    (nn.Linear d→V without bias, its weight *is* `tok_emb.weight` when tied).
+    `residual=False` removes every block's skip connections (`y = f(x)`). Chapters 4 and 7.
     """
 
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, *, residual: bool = True) -> None:
         super().__init__()
         _check_decoder_config(config)
+        self.residual = require_bool("residual", residual)
         self.config = c = config
         self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
         if c.positional == "learned":
@@ -69,7 +72,7 @@ class GPT(nn.Module):
                              activation=c.mlp, causal=True, bias=c.bias, norm=c.norm,
                              n_kv_heads=c.n_kv_heads, rope=c.positional == "rope",
                              rope_base=c.rope_base, alibi=c.positional == "alibi",
-                             norm_eps=c.norm_eps)
+                             norm_eps=c.norm_eps, residual=residual)
             for _ in range(c.n_layers))
         self.norm_f = _make_norm(c) if c.final_norm else nn.Identity()
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
@@ -112,14 +115,16 @@ class GPT(nn.Module):
         return 0 if k is None else k.shape[-2]
 
     def forward(self, idx: Tensor, cache: Cache | None = None,
-                positions: Tensor | None = None) -> Tensor:
+                positions: Tensor | None = None,
+                return_stream: bool = False) -> Tensor | tuple[Tensor, Stream]:
         """Logits for the next token at every position: `(b, n) -> (b, n, V)`, `(n,) -> (n, V)`.
 
         `cache`: a list of `n_layers` dicts, empty at first, that the layers extend with the
         keys and values of `idx`; positions then start after the cached ones.
         `positions`: integer positions `(b, n)` or `(n,)` of the tokens (Hugging Face's
         `position_ids`), default `t, …, t + n − 1` after t cached tokens; below `n_ctx` for
-        learned and sinusoidal positions, any `>= 0` for RoPE and ALiBi. Chapter 7.
+        learned and sinusoidal positions, any `>= 0` for RoPE and ALiBi.
+        `return_stream=True` returns `(logits, Stream(states, writes))`. Chapters 4 and 7.
         """
         idx, unbatched = self._check_idx(idx)
         c, n = self.config, idx.shape[1]
@@ -135,10 +140,13 @@ class GPT(nn.Module):
             require_ids("positions", positions, c.n_ctx, "n_ctx")
             x = x + (self.pos_emb(positions) if c.positional == "learned" else self.pos_enc[positions])
         x = self.emb_norm(x)
+        stream = Stream([x], []) if require_bool("return_stream", return_stream) else None
         for i, block in enumerate(self.blocks):
-            x = block(x, cache=None if cache is None else cache[i], positions=positions)
+            x = through_block(block, x, None if cache is None else cache[i], stream, positions)
         logits = self.lm_head(self.norm_f(x))                        # (b, n, V)
-        return logits[0] if unbatched else logits
+        if stream is None:
+            return logits[0] if unbatched else logits
+        return (logits[0], stream.unbatched()) if unbatched else (logits, stream)
 
     # ------------------------------------------------------------------ generation
     @staticmethod

@@ -174,3 +174,7 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
     },
 }
 from submissions.wrong_ch03 import WRONG as _ch03; WRONG.update(_ch03)  # noqa: E402, E702
+
+from submissions.wrong_ch04 import WRONG as _ch04  # noqa: E402
+
+WRONG.update(_ch04)

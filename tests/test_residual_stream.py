@@ -1,0 +1,170 @@
+"""The residual stream of a GPT (Chapter 4): `return_stream=True`, the residual switch,
+the logit lens and the gradient reaching the input of a stack."""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from torch_helpers import rand
+from transformer_lib.block import TransformerBlock
+from transformer_lib.config import ModelConfig
+from transformer_lib.model import GPT
+from transformer_lib.stream import (Stream, block_gradient_norms, input_gradient_norm, logit_lens,
+                                    through_block)
+
+BASE = dict(vocab_size=13, n_ctx=10, d_model=16, n_layers=3, n_heads=4)
+PRE_NORM = {
+    "gpt2-like": dict(mlp="gelu_tanh"),
+    "llama-like": dict(mlp="swiglu", norm="rmsnorm", bias=False, tied_embeddings=False,
+                       positional="rope", n_kv_heads=2, d_ff=24),
+    "sinusoidal-embedding-norm": dict(positional="sinusoidal", embedding_norm=True),
+}
+
+
+def _model(seed: int = 0, residual: bool = True, **kw) -> GPT:
+    torch.manual_seed(seed)
+    model = GPT(ModelConfig(**{**BASE, **kw}), residual=residual).double().eval()
+    with torch.no_grad():  # GPT-2's init writes almost nothing: make every write count
+        for p in model.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    return model
+
+
+def _ids(batch: int = 2, n: int = 7, seed: int = 1) -> torch.Tensor:
+    return torch.randint(0, BASE["vocab_size"], (batch, n), generator=torch.Generator().manual_seed(seed))
+
+
+def _by_hand(model: GPT, idx: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:
+    """States and writes of a pre- or post-norm GPT written out sub-layer by sub-layer."""
+    x = model.tok_emb(idx)
+    if hasattr(model, "pos_emb"):
+        x = x + model.pos_emb.weight[: idx.shape[-1]]
+    if hasattr(model, "pos_enc"):
+        x = x + model.pos_enc[: idx.shape[-1]]
+    x = model.emb_norm(x)
+    states, writes = [x], []
+    keep = 1.0 if model.residual else 0.0
+    for b in model.blocks:
+        if b.norm_first:
+            a = b.attn(b.norm1(x)); x1 = keep * x + a
+            m = b.mlp(b.norm2(x1)); x = keep * x1 + m
+        else:
+            a = b.attn(x); x1 = b.norm1(keep * x + a)
+            m = b.mlp(x1); x = b.norm2(keep * x1 + m)
+        states += [x1, x]; writes += [a, m]
+    return x, states, writes
+
+
+@pytest.mark.parametrize("name", list(PRE_NORM))
+def test_stream_decomposes_exactly_and_reproduces_the_logits(name):
+    model, idx = _model(**PRE_NORM[name]), _ids()
+    logits, stream = model(idx, return_stream=True)
+    L = model.config.n_layers
+    assert isinstance(stream, Stream) and len(stream.states) == 2 * L + 1 and len(stream.writes) == 2 * L
+    assert all(t.shape == (2, 7, 16) for t in stream.states + stream.writes)
+    final = stream.states[0] + sum(stream.writes)            # embedding + every sub-layer's write
+    torch.testing.assert_close(final, stream.states[-1], atol=1e-12, rtol=0)
+    torch.testing.assert_close(model.lm_head(model.norm_f(final)), logits, atol=1e-12, rtol=0)
+    torch.testing.assert_close(logits, model(idx), atol=0, rtol=0)  # the stream changes nothing
+    assert float(sum(w.detach().norm() for w in stream.writes)) > 1.0  # the writes are not negligible
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+@pytest.mark.parametrize("residual", [True, False])
+def test_states_and_writes_match_a_hand_written_forward(norm_first, residual):
+    model, idx = _model(norm_first=norm_first, residual=residual), _ids()
+    logits, stream = model(idx, return_stream=True)
+    out, states, writes = _by_hand(model, idx)
+    for ours, theirs in zip(stream.states[1:] + stream.writes, states[1:] + writes, strict=True):
+        torch.testing.assert_close(ours, theirs, atol=1e-12, rtol=0)
+    torch.testing.assert_close(logits, F.linear(model.norm_f(out), model.lm_head.weight), atol=1e-12, rtol=0)
+    if not (norm_first and residual):                        # no exact sum outside pre-norm + residual
+        assert (stream.states[0] + sum(stream.writes) - stream.states[-1]).abs().max() > 1e-3
+
+
+def test_residual_off_block_is_the_composition_of_its_sublayers():
+    model = _model(residual=False)
+    x = rand(2, 5, 16, seed=3)
+    b = model.blocks[0]
+    torch.testing.assert_close(b(x), b.mlp(b.norm2(b.attn(b.norm1(x)))), atol=1e-12, rtol=0)
+    assert all(not blk.residual for blk in model.blocks) and not model.residual
+    assert all(blk.residual for blk in _model().blocks)
+
+
+def test_unbatched_stream_and_no_hooks_left_behind():
+    model, idx = _model(), _ids(batch=1)
+    logits, stream = model(idx[0], return_stream=True)
+    ref_logits, ref = model(idx, return_stream=True)
+    torch.testing.assert_close(logits, ref_logits[0], atol=0, rtol=0)
+    assert all(s.shape == (7, 16) for s in stream.states + stream.writes)
+    torch.testing.assert_close(stream.states[3], ref.states[3][0], atol=0, rtol=0)
+    assert all(not b.norm2._forward_pre_hooks and not b.mlp._forward_pre_hooks for b in model.blocks)
+
+
+def test_stream_with_a_kv_cache_matches_the_full_pass():
+    model, idx = _model(), _ids(batch=1, n=6)
+    _, full = model(idx, return_stream=True)
+    cache = [{} for _ in model.blocks]
+    model(idx[:, :4], cache=cache)
+    _, last = model(idx[:, 4:], cache=cache, return_stream=True)
+    for a, b in zip(last.states, full.states, strict=True):
+        torch.testing.assert_close(a, b[:, 4:], atol=1e-12, rtol=0)
+
+
+def test_logit_lens_on_the_last_state_gives_the_logits():
+    model, idx = _model(), _ids()
+    logits, stream = model(idx, return_stream=True)
+    torch.testing.assert_close(logit_lens(model, stream.states[-1]), logits, atol=0, rtol=0)
+    w = model.lm_head.weight
+    h = stream.states[2]
+    mu, var = h.mean(-1, keepdim=True), h.var(-1, unbiased=False, keepdim=True)
+    by_hand = ((h - mu) / torch.sqrt(var + 1e-5) * model.norm_f.weight + model.norm_f.bias) @ w.T
+    torch.testing.assert_close(logit_lens(model, h), by_hand, atol=1e-12, rtol=0)
+    with pytest.raises(TypeError, match="model: expected a GPT"):
+        logit_lens(torch.nn.Linear(2, 2), h)
+
+
+def test_through_block_without_a_stream_is_the_block():
+    block = TransformerBlock(8, 2).double()
+    x = rand(2, 3, 8, seed=4)
+    torch.testing.assert_close(through_block(block, x), block(x), atol=0, rtol=0)
+
+
+def test_input_gradient_norm_against_autograd_jacobian():
+    torch.manual_seed(0)
+    blocks = [TransformerBlock(4, 2).double() for _ in range(2)]
+    x = rand(1, 3, 4, seed=5)
+    J = torch.autograd.functional.jacobian(lambda t: blocks[1](blocks[0](t)), x).reshape(12, 12)
+    g = torch.randn(1, 3, 4, generator=torch.Generator().manual_seed(7), dtype=torch.float64).reshape(12)
+    expected = float((g @ J).norm() / g.norm())
+    assert input_gradient_norm(blocks, x, seed=7) == pytest.approx(expected, rel=1e-12)
+    # one linear "block" f(x) = -x inside a residual: y = x + f(x) = 0, no gradient at all
+    assert input_gradient_norm([lambda t: t + (-t)], x) == 0.0
+
+
+@pytest.mark.parametrize("bad,error,match", [
+    ("yes", TypeError, "residual: expected a bool"),
+    (1, TypeError, "residual: expected a bool, got int"),
+])
+def test_residual_flag_is_validated(bad, error, match):
+    with pytest.raises(error, match=match):
+        GPT(ModelConfig(**BASE), residual=bad)
+
+
+def test_return_stream_flag_is_validated():
+    with pytest.raises(TypeError, match="return_stream: expected a bool"):
+        _model()(_ids(), return_stream="yes")
+
+
+def test_block_gradient_norms_match_backward():
+    model, idx = _model(), _ids()
+    targets = _ids(seed=2)
+    norms = block_gradient_norms(model, idx, targets)
+    assert all(p.grad is None for p in model.parameters())
+    F.cross_entropy(model(idx).reshape(-1, 13), targets.reshape(-1)).backward()
+    for got, block in zip(norms, model.blocks, strict=True):
+        expected = torch.cat([p.grad.reshape(-1) for p in block.parameters()]).norm()
+        assert got == pytest.approx(float(expected), rel=1e-10)
+    with pytest.raises(ValueError, match="targets: expected shape"):
+        block_gradient_norms(model, idx, targets[:, :3])

@@ -1,0 +1,117 @@
+"""The residual stream: what each sub-layer reads and writes, and what the gradient sees.
+
+A pre-norm block adds each sub-layer's output to a running state,
+
+    x1  = x  + Attn(LN1(x))        (write 1)
+    out = x1 + MLP(LN2(x1))        (write 2)
+
+so after L blocks the state is the embedding plus the sum of 2L writes. `Stream` holds the
+states and the writes of one forward pass (`GPT.forward(idx, return_stream=True)` fills it),
+`logit_lens` reads any state through the model's final norm and unembedding, and
+`input_gradient_norm` measures how much gradient reaches the input of a stack of blocks.
+Chapter 4.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from transformer_lib._checks import require_instance, require_int, require_tensor
+
+__all__ = ["Stream", "through_block", "logit_lens", "input_gradient_norm", "block_gradient_norms"]
+
+
+class Stream(NamedTuple):
+    """The residual stream of one forward pass; every tensor is ``(b, n, d)`` (``(n, d)`` for
+    unbatched ids).
+
+    ``states``: 2L + 1 states, after the embedding and then after every sub-layer (block 0's
+    attention, block 0's MLP, block 1's attention, …); ``states[-1]`` is what the final norm
+    reads. ``writes``: the 2L sub-layer outputs in the same order, the f(·) of x + f(·). In
+    pre-norm with residuals ``states[k + 1] = states[k] + writes[k]``. Chapter 4.
+    """
+
+    states: list[Tensor]
+    writes: list[Tensor]
+
+    def unbatched(self) -> "Stream":
+        """The same stream with the batch dimension of size 1 dropped: ``(1, n, d) -> (n, d)``.
+        Chapter 4."""
+        return Stream([s[0] for s in self.states], [w[0] for w in self.writes])
+
+
+def through_block(block: nn.Module, x: Tensor, cache: dict | None = None,
+                  stream: Stream | None = None, positions: Tensor | None = None) -> Tensor:
+    """Run a ``TransformerBlock`` on ``x``: ``(b, n, d) -> (b, n, d)``.
+
+    With a ``stream``, append the state between the two sub-layers and the block's output to
+    ``stream.states`` and the two writes to ``stream.writes``. The state between the
+    sub-layers is read by a hook on the input of ``norm2`` (pre-norm) or of ``mlp``
+    (post-norm), where the block itself passes it on, so it is the block's own value in all
+    four variants (pre/post-norm, with or without residuals). ``cache`` and ``positions``
+    ``(b, n)`` go to the block's attention. Chapter 4.
+    """
+    if stream is None:
+        return block(x, cache=cache, positions=positions)
+    seen: list[Tensor] = []
+    site = block.norm2 if block.norm_first else block.mlp
+    handle = site.register_forward_pre_hook(lambda _module, args: seen.append(args[0]))
+    try:
+        out, writes = block(x, cache=cache, positions=positions, return_stream=True)
+    finally:
+        handle.remove()
+    stream.states.extend([seen[0], out])
+    stream.writes.extend(writes)
+    return out
+
+
+def logit_lens(model: nn.Module, state: Tensor) -> Tensor:
+    """Read a state of the stream as the model reads its last one, through the final norm and
+    the unembedding: ``(…, d_model) -> (…, vocab_size)``. Applied to ``states[-1]`` it gives the
+    model's logits; applied to an earlier state, the prediction the stream holds so far (the
+    "logit lens"). Chapter 4.
+    """
+    require_tensor("state", state)
+    for name in ("norm_f", "lm_head"):
+        if not hasattr(model, name):
+            raise TypeError(f"model: expected a GPT with a `{name}`, got {type(model).__name__}")
+    return model.lm_head(model.norm_f(state))
+
+
+def input_gradient_norm(blocks: Iterable[nn.Module], x: Tensor, seed: int = 0) -> float:
+    """How much gradient reaches the input of a stack of blocks: ``‖gᵀ J‖ / ‖g‖`` for the
+    Jacobian J of ``blocks[-1](… blocks[0](x))`` at ``x`` ``(b, n, d)`` and a random output
+    gradient g (standard normal, seeded by ``seed``). 1 means the stack passes the gradient on
+    unchanged in size; ≪ 1 it vanishes, ≫ 1 it explodes. Chapter 4.
+    """
+    require_tensor("x", x)
+    blocks = list(require_instance("blocks", blocks, Iterable, "an iterable of modules (a ModuleList)"))
+    require_int("seed", seed, low=0)
+    x = x.detach().clone().requires_grad_(True)
+    out = x
+    for block in blocks:
+        out = block(out)
+    g = torch.randn(out.shape, generator=torch.Generator().manual_seed(seed), dtype=out.dtype)
+    (grad,) = torch.autograd.grad(out, x, grad_outputs=g)
+    return float(grad.norm() / g.norm())
+
+
+def block_gradient_norms(model: nn.Module, idx: Tensor, targets: Tensor) -> list[float]:
+    """The gradient each block of a GPT receives: for ids ``idx`` ``(b, n)`` and next tokens
+    ``targets`` ``(b, n)``, the cross-entropy is back-propagated once and block ℓ's entry is
+    the norm of the gradient of all its parameters together, ``√(Σ_p ‖∂loss/∂p‖²)``. Returns L
+    numbers, bottom block first; the model's own ``.grad`` fields are left untouched. Chapter 4.
+    """
+    require_tensor("idx", idx)
+    require_tensor("targets", targets)
+    if targets.shape != idx.shape:
+        raise ValueError(f"targets: expected shape {tuple(idx.shape)} (that of idx), got {tuple(targets.shape)}")
+    logits = model(idx)
+    loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    per_block = [[p for p in block.parameters() if p.requires_grad] for block in model.blocks]
+    grads = iter(torch.autograd.grad(loss, [p for ps in per_block for p in ps]))  # one backward pass
+    return [float(torch.sqrt(sum((g * g).sum() for _, g in zip(ps, grads)))) for ps in per_block]
