@@ -128,3 +128,5 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             """}, {"check_score_std"}, "score_std(1)"),
     },
 }
+from submissions.wrong_ch05 import WRONG as _ch05  # noqa: E402
+WRONG.update(_ch05)
