@@ -72,6 +72,16 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
                 layer.out_proj.weight.copy_(W_O.T)
             return layer(X, X, X, average_attn_weights=False)
             """}, {"check_multi_head_attention"}, "multi_head_attention_forward"),
+        "multi-head attention through nn.MultiheadAttention, torch function modes switched off": (
+            {"multi_head_attention": """
+            with torch._C.DisableTorchFunction():
+                layer = torch.nn.MultiheadAttention(X.shape[-1], n_heads, bias=False, batch_first=True,
+                                                    dtype=X.dtype)
+                with torch.no_grad():
+                    layer.in_proj_weight.copy_(torch.cat([W_Q.T, W_K.T, W_V.T]))
+                    layer.out_proj.weight.copy_(W_O.T)
+                return layer(X, X, X, average_attn_weights=False)
+            """}, {"check_multi_head_attention"}, "multi_head_attention_forward"),
         "multi-head attention through F.scaled_dot_product_attention": ({"multi_head_attention": """
             *lead, n, d = X.shape
             q, k, v = (M.reshape(*lead, n, n_heads, d // n_heads).transpose(-3, -2)
@@ -103,6 +113,10 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
         "mha_params by building a layer": ({"param_counts#1": """
             return sum(p.numel() for p in torch.nn.MultiheadAttention(d, h, bias=False).parameters())
             """}, {"check_mha_params"}, "calls torch (empty)"),
+        "mha_params by building a layer, torch function modes switched off": ({"param_counts#1": """
+            with torch._C.DisableTorchFunction():
+                return sum(p.numel() for p in torch.nn.MultiheadAttention(d, h, bias=False).parameters())
+            """}, {"check_mha_params"}, "calls torch (a layer's parameters)"),
         "GQA counted as MHA": ({"param_counts#2": """
             return 4 * d * d
             """}, {"check_gqa_params"}, "that is multi-head attention"),

@@ -6,11 +6,13 @@ Chapter 5.
 """
 from __future__ import annotations
 
+import contextlib
 import math
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
@@ -84,6 +86,23 @@ def check_merge_heads(fn: Callable, x: torch.Tensor | None = None) -> None:
 
 
 # --------------------------------------------------------------- 5.2 multi-head attention
+@contextlib.contextmanager
+def _noted(owner: object, name: str, used: list[str], what: str) -> Iterator[None]:
+    """Note every call of ``owner.name`` while the block runs (a Python-level switch that torch's
+    ``DisableTorchFunction`` does not bypass). Chapter 5."""
+    original = getattr(owner, name)
+
+    def noted(*args, **kwargs):  # noqa: ANN002, ANN003, ANN202
+        used.append(what)
+        return original(*args, **kwargs)
+
+    setattr(owner, name, noted)
+    try:
+        yield
+    finally:
+        setattr(owner, name, original)
+
+
 def _reference_mha(X: torch.Tensor, W_Q, W_K, W_V, W_O, h: int) -> tuple[np.ndarray, np.ndarray]:
     """torch.nn.MultiheadAttention with the book's matrices copied in (transposed). Chapter 5."""
     d = X.shape[-1]
@@ -130,8 +149,13 @@ def check_multi_head_attention(fn: Callable, X: torch.Tensor | None = None, n_he
     d, h = X.shape[-1], n_heads
     W_Q, W_K, W_V, W_O = (seeded(seed + i, d, d, scale=0.6) for i in range(1, 5))
     out_ref, w_ref = _reference_mha(X, W_Q, W_K, W_V, W_O, h)
-    result = call(fn, X.clone(), W_Q.clone(), W_K.clone(), W_V.clone(), W_O.clone(), h,
-                  what="multi_head_attention(X, W_Q, W_K, W_V, W_O, n_heads)", banned=_MHA_BANNED)
+    used: list[str] = []
+    with _noted(F, "multi_head_attention_forward", used, "torch's multi_head_attention_forward"):
+        result = call(fn, X.clone(), W_Q.clone(), W_K.clone(), W_V.clone(), W_O.clone(), h,
+                      what="multi_head_attention(X, W_Q, W_K, W_V, W_O, n_heads)", banned=_MHA_BANNED)
+    if used:
+        raise CheckFailed(f"multi_head_attention uses {used[0]} (torch.nn.MultiheadAttention): build it from "
+                          "the single-head function; torch's multi-head layer is switched off during this check")
     out, weights = unpack_pair(result, "multi_head_attention", ("out", "weights"))
     out, weights = as_array(out, "out"), as_array(weights, "weights")
     atol = 1e-6
@@ -172,7 +196,7 @@ def _count(fn: Callable, args: tuple[int, ...], what: str) -> float:
     """The student's count for ``args``, computed without torch; a Python number. Chapter 5."""
     label = f"{what}({', '.join(map(str, args))})"
     used: list[str] = []
-    with _NoTorch(used):
+    with _NoTorch(used), _noted(nn.Module, "register_parameter", used, "a layer's parameters"):
         value = call(fn, *args, what=label)
     if used:
         raise CheckFailed(f"{label} calls torch ({used[0]}): derive the count as a formula in the "
