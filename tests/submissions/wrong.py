@@ -178,3 +178,5 @@ from submissions.wrong_ch03 import WRONG as _ch03; WRONG.update(_ch03)  # noqa: 
 from submissions.wrong_ch04 import WRONG as _ch04  # noqa: E402
 
 WRONG.update(_ch04)
+from submissions.wrong_ch05 import WRONG as _ch05  # noqa: E402
+WRONG.update(_ch05)
