@@ -8,6 +8,7 @@ TERMS = [
     ("Nadaraya", "chapters/01_data_independent_weights.html"),
     ("equivariance", "chapters/02_building_up_attention.html"),
     ("softmax", "chapters/02_building_up_attention.html"),
+    ("teacher", "chapters/07_causal_masking.html"),
 ]
 
 WAIT_FOR_RESULTS = """async () => {

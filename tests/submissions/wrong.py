@@ -180,3 +180,5 @@ from submissions.wrong_ch04 import WRONG as _ch04  # noqa: E402
 WRONG.update(_ch04)
 from submissions.wrong_ch05 import WRONG as _ch05  # noqa: E402
 WRONG.update(_ch05)
+from submissions.wrong_ch07 import WRONG as _ch07  # noqa: E402
+WRONG.update(_ch07)
