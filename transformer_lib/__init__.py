@@ -10,6 +10,7 @@ One module per idea; import from the modules, e.g. ``from transformer_lib.attent
 - ``config``, ``model``  ModelConfig, the decoder-only GPT  (Chapter 7)
 - ``moe``         Router, MoELayer, load-balancing loss  (Chapter 8)
 - ``counting``    parameter and FLOP counting  (Chapter 9)
+- ``tiled``, ``memory``  tiled online-softmax attention, peak tensor memory  (Chapter 9)
 - ``viz``, ``data``, ``train``, ``grading``  figures, toy data, training loop, exercise checks
 """
 
@@ -23,6 +24,8 @@ __all__ = [
     "model",
     "moe",
     "counting",
+    "tiled",
+    "memory",
     "viz",
     "data",
     "train",
