@@ -27,7 +27,8 @@ def _points(nb) -> dict[str, float]:
 
 
 def test_both_chapters_have_exercises():
-    assert NAMES == ["01_data_independent_weights", "02_building_up_attention"]
+    assert NAMES == ["01_data_independent_weights", "02_building_up_attention",
+                     "09_parameter_and_flop_counting"]
 
 
 @pytest.mark.parametrize("stem", NAMES)

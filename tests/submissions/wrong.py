@@ -128,3 +128,5 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             """}, {"check_score_std"}, "score_std(1)"),
     },
 }
+from submissions.wrong_ch09 import WRONG as _ch09  # noqa: E402
+WRONG.update(_ch09)

@@ -16,3 +16,4 @@ of the instructor notebooks pass other inputs.
 from .._checktools import CheckFailed
 from .ch01_embeddings import *  # noqa: F403
 from .ch02_attention import *  # noqa: F403
+from .ch09_counting import *  # noqa: F403
