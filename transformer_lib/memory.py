@@ -1,8 +1,9 @@
 """Peak tensor memory of a function call, measured from the tensors torch actually creates.
 
 ``tracemalloc`` does not see torch's allocations, a process's resident size moves with the
-allocator's caching, and the profiler's memory events are not ordered reliably on CPU. This
-module watches every operator call through a ``TorchDispatchMode``: each tensor an operator
+allocator's caching, and the profiler's CPU memory events did not add up to a consistent running
+total when we tried them. This module watches every operator call through a
+``TorchDispatchMode``: each tensor an operator
 returns is charged the bytes of its storage when that storage is new, and released when the
 last tensor viewing it is garbage-collected. The running total is the memory held by live
 tensors; its maximum over the call is the peak. Scratch space that a single fused kernel
