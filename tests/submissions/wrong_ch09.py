@@ -48,6 +48,10 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
     from transformer_lib.counting import param_count as library_count
     return library_count(ModelConfig(**cfg))
 """}, {"check_param_count"}, "the course library"),
+        "params: the check's own reference model": ({"param_count": """
+    from transformer_lib.grading.checks import ch09_counting
+    return sum(p.numel() for p in ch09_counting._reference_model(cfg).parameters())
+"""}, {"check_param_count"}, "the check's own reference"),
         "flops: attention matmuls forgotten": ({"flops_per_token": """
     d, L, V = cfg["d_model"], cfg["n_layers"], cfg["vocab_size"]
     kv = cfg["n_kv_heads"] * (d // cfg["n_heads"])

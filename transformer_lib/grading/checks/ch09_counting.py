@@ -38,8 +38,26 @@ def _norm(c: dict) -> nn.Module:
     return nn.RMSNorm(d) if c["norm"] == "rmsnorm" else nn.LayerNorm(d, bias=c["bias"])
 
 
+_STUDENT_RUNNING = [False]  # True while the student's function runs: the references refuse to
+
+
+def _student(fn: Callable, *args: Any, what: str) -> Any:
+    """Run the student's function through ``call``, with this module's references switched off."""
+    _STUDENT_RUNNING[0] = True
+    try:
+        return call(fn, *args, what=what)
+    finally:
+        _STUDENT_RUNNING[0] = False
+
+
+def _refuse() -> None:
+    if _STUDENT_RUNNING[0]:
+        raise CheckFailed("your function uses the check's own reference: compute the count from cfg")
+
+
 def _reference_model(c: dict) -> nn.Module:
     """The configuration as torch.nn layers (meta device): one Linear per projection."""
+    _refuse()
     d, kv = c["d_model"], c["n_kv_heads"] * (c["d_model"] // c["n_heads"])
     b, f = c["bias"], c["d_ff"]
     with torch.device("meta"):
@@ -87,7 +105,7 @@ def check_param_count(fn: Callable, cfg: dict | None = None) -> None:
     c = _validate(EXAMPLE_CONFIG if cfg is None else cfg)
     model = _reference_model(c)
     expected = _count(model)
-    got = _as_number(call(fn, dict(c), what="param_count(cfg)"), "param_count(cfg)", integer=True)
+    got = _as_number(_student(fn, dict(c), what="param_count(cfg)"), "param_count(cfg)", integer=True)
     record("param_count", {"count": float(got)})
     if got == expected:
         ok(f"param_count = {expected:,}, the parameters of the model built from this configuration "
@@ -139,6 +157,7 @@ def _library_model(c: dict):  # noqa: ANN202
 
 def _reference_flops(c: dict, n: int) -> int:
     """Matmul FLOPs of one forward pass over n tokens, counted by FlopCounterMode."""
+    _refuse()
     model = _library_model(c)
     idx = torch.zeros(1, n, dtype=torch.long)
     with FlopCounterMode(display=False) as counter, torch.no_grad():
@@ -152,7 +171,7 @@ def check_flops_per_token(fn: Callable, cfg: dict | None = None, n: int = 128) -
                        n_heads=4, n_kv_heads=4, d_ff=256) if cfg is None else cfg)
     total = _reference_flops(c, n)
     expected = total / n
-    got = _as_number(call(fn, dict(c), n, what="flops_per_token(cfg, n)"), "flops_per_token(cfg, n)",
+    got = _as_number(_student(fn, dict(c), n, what="flops_per_token(cfg, n)"), "flops_per_token(cfg, n)",
                      integer=False)
     record("flops_per_token", {"flops": float(got)})
     if abs(got - expected) <= 1e-9 * expected:
@@ -187,7 +206,7 @@ def check_crossover_n(fn: Callable, cfg: dict | None = None) -> None:
     slope = (f2 - f1) / (n2 - n1)
     weights = f1 - slope * n1 - 2 * small["d_model"] * small["vocab_size"]  # without the head
     expected = weights / slope
-    got = _as_number(call(fn, dict(c), what="crossover_n(cfg)"), "crossover_n(cfg)", integer=False)
+    got = _as_number(_student(fn, dict(c), what="crossover_n(cfg)"), "crossover_n(cfg)", integer=False)
     record("crossover_n", {"n": float(got)})
     if abs(got - expected) <= 1e-6 * expected:
         ok(f"crossover_n = {expected:g} = {expected / c['d_model']:g}·d_model: attention matmuls "
