@@ -1,7 +1,9 @@
 """`make bench`: how long each notebook takes to execute on this machine, and the total.
 
 Each chapter must execute in at most 20 s and the whole book in at most 3 minutes on a
-2-core machine. The script also times grading 20 submissions (see scripts/bench_grading.py).
+2-core machine. The script also times grading 20 submissions (see scripts/bench_grading.py)
+and reports the speed of the library's explicit attention at n = 512 against a minimal
+``softmax(Q Kᵀ/√d_k) V`` and against ``F.scaled_dot_product_attention`` (limit 1.25×).
 """
 from __future__ import annotations
 
@@ -17,6 +19,38 @@ from nbclient import NotebookClient
 REPO = Path(__file__).resolve().parent.parent
 CHAPTER_LIMIT_S = 20.0
 BOOK_LIMIT_S = 180.0
+ATTENTION_LIMIT = 1.25  # the library's attention vs a minimal explicit one
+
+
+def attention_ratios(n: int = 512, repeats: int = 30) -> tuple[float, float]:
+    """(library / minimal explicit, library / torch's fused) median times, one thread, n = 512."""
+    import math
+    import statistics
+
+    import torch
+    import torch.nn.functional as F
+
+    from transformer_lib.attention import scaled_dot_product_attention
+
+    def minimal(q, k, v):  # noqa: ANN001, ANN202
+        return torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), dim=-1) @ v
+
+    torch.set_num_threads(1)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 8, n, 64, generator=g) for _ in range(3))
+    runs = {"library": lambda: scaled_dot_product_attention(q, k, v), "minimal": lambda: minimal(q, k, v),
+            "fused": lambda: F.scaled_dot_product_attention(q, k, v)}
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for _ in range(3):
+        for run in runs.values():
+            run()
+    for _ in range(repeats):  # interleaved, so a busy moment hits all three alike
+        for name, run in runs.items():
+            start = time.perf_counter()
+            run()
+            times[name].append(time.perf_counter() - start)
+    med = {name: statistics.median(t) for name, t in times.items()}
+    return med["library"] / med["minimal"], med["library"] / med["fused"]
 
 
 def time_notebook(path: Path) -> float:
@@ -42,11 +76,15 @@ def main() -> int:
             flag, _ = f"  > {CHAPTER_LIMIT_S:.0f} s limit", slow.append(path.name)
         print(f"{str(path.relative_to(REPO)):<55} {seconds:8.1f}{flag}")
     print(f"{'all chapters (the book)':<55} {total:8.1f}" + ("  > 3 min limit" if total > BOOK_LIMIT_S else ""))
+    vs_minimal, vs_fused = attention_ratios()
+    print(f"attention at n = 512: library / minimal explicit {vs_minimal:.2f}x"
+          f"{'  > %.2fx limit' % ATTENTION_LIMIT if vs_minimal > ATTENTION_LIMIT else ''}, "
+          f"library / F.scaled_dot_product_attention {vs_fused:.2f}x")
     grading = REPO / "scripts" / "bench_grading.py"
     status = 0
     if grading.exists():
         status = subprocess.run([sys.executable, str(grading)], cwd=REPO).returncode
-    return 1 if slow or total > BOOK_LIMIT_S or status else 0
+    return 1 if slow or total > BOOK_LIMIT_S or status or vs_minimal > ATTENTION_LIMIT else 0
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ One module per idea; import from the modules, e.g. ``from transformer_lib.attent
 - ``loading``     Hugging Face GPT-2 and LLaMA weights in a GPT  (Chapters 7 and 9)
 - ``moe``         Router, MoELayer, load-balancing loss  (Chapter 8)
 - ``counting``    parameter and FLOP counting  (Chapter 9)
+- ``tiled``, ``memory``  tiled online-softmax attention, peak tensor memory  (Chapter 9)
 - ``viz``, ``data``, ``train``, ``grading``  figures, toy data, training loop, exercise checks
 """
 
@@ -27,6 +28,8 @@ __all__ = [
     "loading",
     "moe",
     "counting",
+    "tiled",
+    "memory",
     "viz",
     "data",
     "train",

@@ -125,12 +125,17 @@ def scaled_dot_product_attention(
         require_broadcastable("bias", bias, target)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
 
-    scores = (q @ k.transpose(-2, -1)) * scale  # (…, n, m)
+    # One pass over the (…, n, m) scores per step: scale q (n·d numbers) rather than the scores,
+    # then torch's fused softmax; a row with no finite score is set to 0 afterwards.
+    scores = (q * scale) @ k.transpose(-2, -1)  # (…, n, m)
     if bias is not None:
         scores = scores + bias
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
-    weights = softmax(scores, dim=-1)
+    weights = torch.softmax(scores, dim=-1)
+    dead = scores.amax(dim=-1, keepdim=True) == float("-inf")  # every key masked: no nan, 0
+    if scores.device.type == "meta" or dead.any():  # (meta tensors hold no values to test)
+        weights = weights.masked_fill(dead, 0.0)
     return weights @ v, weights
 
 

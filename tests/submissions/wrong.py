@@ -182,3 +182,5 @@ from submissions.wrong_ch05 import WRONG as _ch05  # noqa: E402
 WRONG.update(_ch05)
 from submissions.wrong_ch07 import WRONG as _ch07  # noqa: E402
 WRONG.update(_ch07)
+from submissions.wrong_ch09 import WRONG as _ch09  # noqa: E402
+WRONG.update(_ch09)
