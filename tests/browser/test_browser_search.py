@@ -8,7 +8,11 @@ TERMS = [
     ("Nadaraya", "chapters/01_data_independent_weights.html"),
     ("equivariance", "chapters/02_building_up_attention.html"),
     ("softmax", "chapters/02_building_up_attention.html"),
+    ("collapse", "chapters/03_the_transformer_block.html"),
+    ("highway", "chapters/04_the_residual_stream.html"),
+    ("buyback", "chapters/05_multi_head_attention.html"),
     ("teacher", "chapters/07_causal_masking.html"),
+    ("crossover", "chapters/09_parameter_and_flop_counting.html"),
 ]
 
 WAIT_FOR_RESULTS = """async () => {
