@@ -96,7 +96,7 @@ def test_kv_cache_is_faster(seed):
             for _ in range(7):
                 t0 = time.perf_counter()
                 if cached:
-                    model(x[:, -1:], cache=[{"k": c["k"], "v": c["v"]} for c in cache])
+                    model(x[:, -1:], cache=[dict(c) for c in cache])
                 else:
                     model(x)
                 times.append(time.perf_counter() - t0)
