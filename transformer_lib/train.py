@@ -82,7 +82,9 @@ def train(
     params = [p for p in model.parameters() if p.requires_grad]
     if not params:
         raise ValueError("model: expected at least one trainable parameter, got none")
-    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
+    # foreach: one fused update for all parameters; for the course's tiny models on CPU the
+    # per-parameter loop otherwise costs more than the forward pass.
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay, foreach=True)
     losses: list[float] = []
     was_training = model.training
     model.train()
