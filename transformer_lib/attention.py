@@ -269,6 +269,11 @@ class SelfAttention(nn.Module):
                 raise ValueError(
                     f"{name}: expected shape (…, len, d_model={self.d_model}), got {tuple(t.shape)}"
                 )
+        try:
+            torch.broadcast_shapes(x.shape[:-2], context.shape[:-2])
+        except RuntimeError:
+            raise ValueError(f"context: expected leading dims that broadcast with {tuple(x.shape[:-2])} "
+                             f"(those of x), got {tuple(context.shape[:-2])}") from None
         q, k, v = self.W_q(x), self.W_k(context), self.W_v(context)
         out, weights = scaled_dot_product_attention(q, k, v, mask=mask)
         return (out, weights) if return_weights else out
