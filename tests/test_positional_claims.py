@@ -4,7 +4,8 @@ The same one-block GPT with learned, sinusoidal, RoPE or ALiBi positions is trai
 the previous token on sequences of length 16 and evaluated on lengths 16, 32 and 64. Across
 five seeds: all four learn the rule; learned positions refuse lengths past n_ctx; sinusoidal
 positions lose more than 0.4 of accuracy at 4× (they fail past the training length); RoPE stays
-above 0.9; ALiBi stays within 0.1 of its accuracy at 1×.
+above 0.9; ALiBi stays within 0.1 of its accuracy at 1×, which is more than 0.05 below
+RoPE's.
 
 The recipe is that of chapters/06_positional_information.ipynb (same sizes, steps and rates)."""
 from __future__ import annotations
@@ -59,3 +60,4 @@ def test_extrapolation_claims(seed):
     assert sin4[:L_TRAIN - 1].mean() > 0.8 and sin4[L_TRAIN - 1:].mean() < 0.3, sin4
     assert acc["rope"][4] > 0.9, acc
     assert acc["alibi"][4] > acc["alibi"][1] - 0.1, acc
+    assert acc["alibi"][1] < acc["rope"][1] - 0.05, acc
