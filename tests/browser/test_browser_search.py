@@ -11,6 +11,7 @@ TERMS = [
     ("collapse", "chapters/03_the_transformer_block.html"),
     ("highway", "chapters/04_the_residual_stream.html"),
     ("buyback", "chapters/05_multi_head_attention.html"),
+    ("rotary", "chapters/06_positional_information.html"),
     ("teacher", "chapters/07_causal_masking.html"),
     ("crossover", "chapters/09_parameter_and_flop_counting.html"),
 ]

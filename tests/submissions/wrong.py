@@ -184,3 +184,5 @@ from submissions.wrong_ch07 import WRONG as _ch07  # noqa: E402
 WRONG.update(_ch07)
 from submissions.wrong_ch09 import WRONG as _ch09  # noqa: E402
 WRONG.update(_ch09)
+from submissions.wrong_ch06 import WRONG as _ch06  # noqa: E402
+WRONG.update(_ch06)

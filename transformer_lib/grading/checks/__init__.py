@@ -19,5 +19,6 @@ from .ch02_attention import *  # noqa: F403
 from .ch03_block import *  # noqa: F403
 from .ch04_residual import *  # noqa: F403
 from .ch05_multihead import *  # noqa: F403
+from .ch06_positional import *  # noqa: F403
 from .ch07_causal import *  # noqa: F403
 from .ch09_counting import *  # noqa: F403
