@@ -12,6 +12,7 @@ TERMS = [
     ("highway", "chapters/04_the_residual_stream.html"),
     ("buyback", "chapters/05_multi_head_attention.html"),
     ("teacher", "chapters/07_causal_masking.html"),
+    ("Mixtral", "chapters/08_mixture_of_experts.html"),
     ("crossover", "chapters/09_parameter_and_flop_counting.html"),
 ]
 

@@ -184,3 +184,5 @@ from submissions.wrong_ch07 import WRONG as _ch07  # noqa: E402
 WRONG.update(_ch07)
 from submissions.wrong_ch09 import WRONG as _ch09  # noqa: E402
 WRONG.update(_ch09)
+from submissions.wrong_ch08 import WRONG as _ch08  # noqa: E402
+WRONG.update(_ch08)

@@ -20,4 +20,5 @@ from .ch03_block import *  # noqa: F403
 from .ch04_residual import *  # noqa: F403
 from .ch05_multihead import *  # noqa: F403
 from .ch07_causal import *  # noqa: F403
+from .ch08_moe import *  # noqa: F403
 from .ch09_counting import *  # noqa: F403
