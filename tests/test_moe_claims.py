@@ -29,6 +29,10 @@ def _regime_data(n, seed, gen):
 def _train(seed, alpha, steps=150):
     torch.manual_seed(seed)
     layer = MoELayer(D_IN, 16, n_experts=E_R, top_k=K_R)
+    x, _, _ = _regime_data(2000, seed, torch.Generator().manual_seed(99))
+    with torch.no_grad():
+        init_index = layer(x)[1]["expert_index"]
+    init_top = float(torch.bincount(init_index.reshape(-1), minlength=E_R).max()) / len(x)
     opt = torch.optim.Adam(layer.parameters(), lr=2e-2)
     gen = torch.Generator().manual_seed(seed)
     for _ in range(steps):
@@ -47,7 +51,8 @@ def _train(seed, alpha, steps=150):
     layer.capacity_factor = 1.0
     with torch.no_grad():
         kept = layer(x)[1]["kept"]
-    return dict(share=share, balance=float(aux["load_balancing_loss"]), mse=float(F.mse_loss(out, y)),
+    return dict(init_top=init_top, share=share, balance=float(aux["load_balancing_loss"]),
+                mse=float(F.mse_loss(out, y)),
                 regime_acc=float(table.max(0).values.sum() / table.sum()),
                 dropped=1 - float(kept.sum()) / kept.numel())
 
@@ -56,8 +61,9 @@ def _train(seed, alpha, steps=150):
 def test_balancing_loss_spreads_the_work_and_experts_take_regimes(seed):
     torch.set_num_threads(1)
     without, with_ = _train(seed, 0.0), _train(seed, ALPHA)
-    # measured over the 5 seeds: without, min share 0.00 and loss >= 1.36; with, min share >= 0.14,
+    # measured over the 5 seeds: at init one expert is in >= 97.8% of the top-2 sets; without, min share 0.00 and loss >= 1.36; with, min share >= 0.14,
     # loss <= 1.10, regime accuracy >= 0.73, MSE lower by >= 0.06; dropped at c = 1 lower by >= 0.16
+    assert without["init_top"] > 0.9                   # one expert among ~every token's two choices
     assert float(without["share"].min()) < 0.05 and without["balance"] > 1.3
     assert float(with_["share"].min()) > 0.12 and with_["balance"] < 1.15
     assert with_["regime_acc"] > 0.6                   # chance is 0.25

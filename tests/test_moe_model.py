@@ -244,3 +244,20 @@ def test_capacity_in_the_model_drops_tokens_that_then_pass_through():
     dropped = ~aux["kept"].any(dim=1)
     assert (seen["y"].reshape(16, -1)[dropped] == 0).all()
     assert load_balancing_loss(aux["router_probs"], aux["expert_index"], 4) == aux["load_balancing_loss"]
+
+
+def test_moe_gpt_initialises_experts_like_the_dense_mlp():
+    """GPT-2's init inside every expert: N(0, 0.02) weights, and the down projection that writes
+    into the residual stream scaled by 1/√(2L), as the dense MLP's fc2; the router N(0, 0.02)."""
+    torch.manual_seed(0)
+    L = 4
+    model = GPT(ModelConfig(vocab_size=11, n_ctx=8, d_model=64, n_layers=L, n_heads=4, n_experts=3))
+    stds = {"fc1": [], "fc2": []}
+    for block in model.blocks:
+        for ex in block.mlp.experts:
+            stds["fc1"].append(float(ex.fc1.weight.std()))
+            stds["fc2"].append(float(ex.fc2.weight.std()))
+            assert torch.count_nonzero(ex.fc1.bias) == 0
+    assert all(abs(s - 0.02) < 0.002 for s in stds["fc1"])
+    assert all(abs(s - 0.02 / (2 * L) ** 0.5) < 0.0007 for s in stds["fc2"])
+    assert abs(float(model.blocks[0].mlp.router.gate.weight.std()) - 0.02) < 0.004
