@@ -94,7 +94,7 @@ class _Expert:
         self.calls.append(x.shape[0])
         return torch.tanh(x @ self.w1 + self.b1) @ self.w2
 
-    def plain(self, x: torch.Tensor) -> torch.Tensor:
+    def _uncounted(self, x: torch.Tensor) -> torch.Tensor:
         return torch.tanh(x @ self.w1 + self.b1) @ self.w2
 
 
@@ -109,7 +109,7 @@ def check_moe_forward(fn: Callable, x: torch.Tensor | None = None, n_experts: in
     expected = torch.zeros_like(x)
     for i in range(T):
         for j in range(k):
-            expected[i] += weights[i, j] * experts[int(idx[i, j])].plain(x[i:i + 1])[0]
+            expected[i] += weights[i, j] * experts[int(idx[i, j])]._uncounted(x[i:i + 1])[0]
     got_t = call(fn, x.clone(), W_g.clone(), list(experts), k, what="moe_forward(x, W_g, experts, k)")
     got = as_array(got_t, "y")
     record("moe_forward", {"y": got}, atol=1e-9, rtol=1e-9)
@@ -122,11 +122,11 @@ def check_moe_forward(fn: Callable, x: torch.Tensor | None = None, n_experts: in
     overwrite = torch.zeros_like(x)
     for i in range(T):
         for j in range(k):
-            out = experts[int(idx[i, j])].plain(x[i:i + 1])[0]
+            out = experts[int(idx[i, j])]._uncounted(x[i:i + 1])[0]
             unnormalised[i] += raw[i, j] * out
     for e in range(n_experts):                    # later experts overwrite earlier ones
         token, slot = torch.where(idx == e)
-        overwrite[token] = weights[token, slot, None] * experts[e].plain(x[token])
+        overwrite[token] = weights[token, slot, None] * experts[e]._uncounted(x[token])
     if close(got, unnormalised.numpy(), 1e-9, 1e-9):
         fail("the outputs are weighted by the raw top-k probabilities: renormalise them to sum to 1 "
              "over each token's k experts", expected.numpy(), got)
