@@ -34,7 +34,7 @@ LIB = "transformer_lib"
 TEST_FILES = [
     "tests/test_attention.py", "tests/test_multihead.py", "tests/test_positional.py",
     "tests/test_block.py", "tests/test_embedding.py", "tests/test_model.py",
-    "tests/test_moe.py", "tests/test_counting.py", "tests/test_data_train.py",
+    "tests/test_moe.py", "tests/test_moe_model.py", "tests/test_counting.py", "tests/test_data_train.py",
     "tests/test_viz.py", "tests/test_checks.py", "tests/test_residual_stream.py", "tests/test_tiled.py",
     "tests/test_reference_models.py",
 ]
@@ -254,6 +254,20 @@ MUTANTS: list[Mutant] = [
       "vmin = float(finite.min()) if (share_scale and finite.size) else None", "head grid colour scale not from 0"),
     M("block", "h = F.relu(h)", "h = F.gelu(h)", "relu MLP uses GELU"),
     M("multihead", "unbatched = x.ndim == 2", "unbatched = False", "unbatched input keeps a batch dim"),
+    M("moe", "return torch.stack([m.last_aux[\"load_balancing_loss\"] for m in layers]).mean()",
+      "return torch.stack([m.last_aux[\"load_balancing_loss\"] for m in layers]).sum()",
+      "model balancing loss sums the layers"),
+    M("counting", "experts = (c.top_k if active else c.n_experts) if c.moe else 1",
+      "experts = c.n_experts if c.moe else 1", "active count keeps every expert"),
+    M("counting", "parts[\"router\"] = L * c.n_experts * d", "parts[\"router\"] = L * c.top_k * d",
+      "router counted for K experts"),
+    M("counting", "\"mlp\": L * 2 * n * (c.top_k if c.moe else 1) * _mlp_matrices(c) * d * c.d_ff,",
+      "\"mlp\": L * 2 * n * (c.n_experts if c.moe else 1) * _mlp_matrices(c) * d * c.d_ff,",
+      "MoE FLOPs grow with E"),
+    M("model", "(\".mlp.experts.\" in name and name.endswith(\".fc2\"))", "False",
+      "expert down-projections miss the residual scaling"),
+    M("model", "    if c.moe:\n        return moe_block(", "    if False:\n        return moe_block(",
+      "GPT ignores n_experts"),
 ]
 
 # Survivors that cannot change behaviour, keyed by description, with the reason.

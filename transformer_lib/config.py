@@ -3,8 +3,9 @@
 `ModelConfig` holds every choice that changes a parameter or FLOP count: widths, depth,
 heads and key/value heads (GQA), MLP kind (GELU or SwiGLU), norm kind, biases, tied
 embeddings, positional scheme, plus the extras of BERT-style encoders (token types, an
-embedding norm, a pooler). `transformer_lib.model.GPT` builds a model from it and
-`transformer_lib.counting` counts it. Chapters 7 and 9.
+embedding norm, a pooler) and the experts of a mixture-of-experts MLP.
+`transformer_lib.model.GPT` builds a model from it and `transformer_lib.counting` counts it.
+Chapters 7, 8 and 9.
 """
 from __future__ import annotations
 
@@ -35,9 +36,12 @@ class ModelConfig:
     - `causal`: decoder (True) or bidirectional encoder (False);
     - BERT extras: `n_token_types` (segment embeddings, 0 = none), `embedding_norm` (a norm
       right after the embeddings), `final_norm` (a norm after the last block), `pooler`
-      (a d×d tanh layer on the first token), `lm_head` (an unembedding to V logits).
+      (a d×d tanh layer on the first token), `lm_head` (an unembedding to V logits);
+    - mixture of experts: `n_experts` E (0 = a dense MLP in every block; otherwise every
+      block's MLP is an `MoELayer` of E experts, each of width `d_ff`), `top_k` K experts per
+      token, `capacity_factor` (None = no limit; see `MoELayer`).
     Derived: `d_head` = d_model / n_heads, `kv_dim` = n_kv_heads · d_head, `n_groups`.
-    Chapters 7 and 9.
+    Chapters 7, 8 and 9.
     """
 
     vocab_size: int
@@ -61,11 +65,20 @@ class ModelConfig:
     pooler: bool = False
     lm_head: bool = True
     rope_base: float = 10000.0
+    n_experts: int = 0
+    top_k: int = 2
+    capacity_factor: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "n_ctx", "d_model", "n_layers", "n_heads"):
             require_int(name, getattr(self, name))
         require_int("n_token_types", self.n_token_types, low=0)
+        require_int("n_experts", self.n_experts, low=0)
+        require_int("top_k", self.top_k)
+        if self.n_experts and self.top_k > self.n_experts:
+            raise ValueError(f"top_k: expected at most n_experts={self.n_experts}, got {self.top_k}")
+        if self.capacity_factor is not None:
+            require_positive("capacity_factor", self.capacity_factor)
         if self.d_ff is None:
             object.__setattr__(self, "d_ff", 4 * self.d_model)
         if self.n_kv_heads is None:
@@ -88,6 +101,11 @@ class ModelConfig:
         if self.positional == "rope" and self.d_head % 2:
             raise ValueError(f"d_model: expected an even d_head for positional='rope', "
                              f"got d_head={self.d_head}")
+
+    @property
+    def moe(self) -> bool:
+        """True when every block's MLP is a mixture of experts (n_experts > 0). Chapter 8."""
+        return self.n_experts > 0
 
     @property
     def d_head(self) -> int:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from torch import nn
 
-from transformer_lib._checks import require_instance, require_int
+from transformer_lib._checks import require_bool, require_instance, require_int
 from transformer_lib.config import ModelConfig
 
 __all__ = ["count_params", "param_count", "param_breakdown", "flops_breakdown",
@@ -55,34 +55,44 @@ def _mlp_params(c: ModelConfig) -> int:
     return k * c.d_model * c.d_ff + biases
 
 
-def param_breakdown(config: ModelConfig) -> dict[str, int]:
-    """Exact parameter count by group; the values sum to `param_count(config)`.
+def param_breakdown(config: ModelConfig, active: bool = False) -> dict[str, int]:
+    """Exact parameter count by group; the values sum to `param_count(config, active)`.
 
     Keys: 'embedding' (token + token-type tables), 'positional' (learned table only),
-    'attention' (Q, K, V, O of all layers), 'mlp', 'norms' (all LayerNorm/RMSNorm gains and
-    shifts), 'unembedding' (0 when tied or absent), 'other' (BERT's pooler). Chapter 9.
+    'attention' (Q, K, V, O of all layers), 'mlp' (with `n_experts`: all E experts of every
+    layer), 'norms' (all LayerNorm/RMSNorm gains and shifts), 'unembedding' (0 when tied or
+    absent), 'other' (BERT's pooler); a mixture of experts adds 'router' (E·d per layer).
+    `active=True` counts what one token uses: in each MoE layer only its K experts (the
+    router and everything else is used by every token; for a dense model nothing changes).
+    Chapters 8 and 9.
     """
     _check_config(config)
+    require_bool("active", active)
     c, d, L = config, config.d_model, config.n_layers
     n_norms = 2 * L + int(c.final_norm) + int(c.embedding_norm)
     untied_head = c.lm_head and not c.tied_embeddings
-    return {
+    experts = (c.top_k if active else c.n_experts) if c.moe else 1
+    parts = {
         "embedding": (c.vocab_size + c.n_token_types) * d,
         "positional": c.n_ctx * d if c.positional == "learned" else 0,
         "attention": L * _attention_params(c),
-        "mlp": L * _mlp_params(c),
+        "mlp": L * experts * _mlp_params(c),
         "norms": n_norms * _norm_params(c),
         "unembedding": c.vocab_size * d if untied_head else 0,
         "other": d * d + (d if c.bias else 0) if c.pooler else 0,
     }
+    if c.moe:
+        parts["router"] = L * c.n_experts * d
+    return parts
 
 
-def param_count(config: ModelConfig) -> int:
-    """Exact number of parameters of the model `config` describes (≈ 12·L·d² + V·d).
+def param_count(config: ModelConfig, active: bool = False) -> int:
+    """Exact number of parameters of the model `config` describes (≈ 12·L·d² + V·d);
+    `active=True`: the parameters one token uses (a mixture of experts' K of E experts).
 
-    Chapter 9.
+    Chapters 8 and 9.
     """
-    return sum(param_breakdown(config).values())
+    return sum(param_breakdown(config, active).values())
 
 
 def flops_breakdown(config: ModelConfig, n: int) -> dict[str, int]:
@@ -90,19 +100,24 @@ def flops_breakdown(config: ModelConfig, n: int) -> dict[str, int]:
 
     Keys: 'attention_proj' (Q, K, V, O projections), 'attention_scores' (Q·Kᵀ and A·V over
     the full n×n scores: 2·2·n²·d per layer, masked entries included), 'mlp', 'unembedding'
-    (2·n·d·V), 'other' (pooler on the first token). Embedding lookups, norms, softmax and
-    elementwise work are not matmuls and count 0. Chapter 9.
+    (2·n·d·V), 'other' (pooler on the first token). A mixture of experts runs K experts per
+    token ('mlp' grows with K, not E; exact when no capacity limit drops a token) and adds
+    'router' (2·n·d·E per layer). Embedding lookups, norms, softmax and elementwise work are
+    not matmuls and count 0. Chapters 8 and 9.
     """
     _check_config(config)
     require_int("n", n)
     c, d, L = config, config.d_model, config.n_layers
-    return {
+    parts = {
         "attention_proj": L * 2 * n * (2 * d * d + 2 * d * c.kv_dim),
         "attention_scores": L * 2 * 2 * n * n * d,
-        "mlp": L * 2 * n * _mlp_matrices(c) * d * c.d_ff,
+        "mlp": L * 2 * n * (c.top_k if c.moe else 1) * _mlp_matrices(c) * d * c.d_ff,
         "unembedding": 2 * n * d * c.vocab_size if c.lm_head else 0,
         "other": 2 * d * d if c.pooler else 0,
     }
+    if c.moe:
+        parts["router"] = L * 2 * n * d * c.n_experts
+    return parts
 
 
 def forward_flops(config: ModelConfig, n: int) -> int:
@@ -147,6 +162,10 @@ PRESETS: dict[str, ModelConfig] = {
     "llama3-70b": ModelConfig(vocab_size=128256, n_ctx=8192, d_model=8192, n_layers=80,
                               n_heads=64, n_kv_heads=8, d_ff=28672, rope_base=500000.0,
                               **_LLAMA),
+    # Jiang et al. (2024): LLaMA layout, GQA, each MLP 8 SwiGLU experts, 2 per token.
+    "mixtral-8x7b": ModelConfig(vocab_size=32000, n_ctx=32768, d_model=4096, n_layers=32,
+                                n_heads=32, n_kv_heads=8, d_ff=14336, rope_base=1e6,
+                                n_experts=8, top_k=2, **_LLAMA),
     # A character-level model that trains on a CPU in seconds.
     "tiny": ModelConfig(vocab_size=65, n_ctx=64, d_model=64, n_layers=2, n_heads=4),
 }

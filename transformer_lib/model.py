@@ -21,6 +21,7 @@ from transformer_lib._checks import (require_bool, require_ids, require_instance
                                      require_positions, require_positive)
 from transformer_lib.block import TransformerBlock, make_norm
 from transformer_lib.config import ModelConfig
+from transformer_lib.moe import moe_block
 from transformer_lib.positional import LearnedPositionalEmbedding, sinusoidal_encoding
 from transformer_lib.stream import Stream, through_block
 
@@ -44,15 +45,30 @@ def _check_decoder_config(config: object) -> None:
                              f"got {getattr(config, field)!r}")
 
 
+def _make_block(c: ModelConfig, residual: bool) -> TransformerBlock:
+    """One causal block as the config asks; with `n_experts` its MLP is an `MoELayer`.
+
+    Chapters 7 and 8."""
+    kwargs = dict(norm_first=c.norm_first, activation=c.mlp, causal=True, bias=c.bias,
+                  norm=c.norm, n_kv_heads=c.n_kv_heads, rope=c.positional == "rope",
+                  rope_base=c.rope_base, alibi=c.positional == "alibi", norm_eps=c.norm_eps,
+                  residual=residual)
+    if c.moe:
+        return moe_block(c.d_model, c.n_heads, c.n_experts, c.top_k, c.d_ff,
+                         c.capacity_factor, **kwargs)
+    return TransformerBlock(c.d_model, c.n_heads, c.d_ff, **kwargs)
+
+
 class GPT(nn.Module):
     """Decoder-only language model: `(batch, n)` token ids -> `(batch, n, vocab_size)` logits.
 
     Submodules: `tok_emb` (nn.Embedding V×d), `pos_emb` (LearnedPositionalEmbedding, only for
     positional='learned'; 'sinusoidal' adds a fixed buffer, 'rope'/'alibi' act inside
     attention, 'none' adds nothing), `emb_norm` (only with embedding_norm), `blocks`
-    (ModuleList of causal TransformerBlocks), `norm_f` (final norm or Identity), `lm_head`
+    (ModuleList of causal TransformerBlocks; with `config.n_experts` each block's `mlp` is
+    an `MoELayer`, see `moe_balancing_loss`), `norm_f` (final norm or Identity), `lm_head`
     (nn.Linear d→V without bias, its weight *is* `tok_emb.weight` when tied).
-    `residual=False` removes every block's skip connections (`y = f(x)`). Chapters 4 and 7.
+    `residual=False` removes every block's skip connections (`y = f(x)`). Chapters 4, 7 and 8.
     """
 
     def __init__(self, config: ModelConfig, *, residual: bool = True) -> None:
@@ -67,13 +83,7 @@ class GPT(nn.Module):
             pos_enc = sinusoidal_encoding(c.n_ctx, c.d_model)          # fixed, not a parameter
             self.register_buffer("pos_enc", pos_enc, persistent=False)
         self.emb_norm = _make_norm(c) if c.embedding_norm else nn.Identity()
-        self.blocks = nn.ModuleList(
-            TransformerBlock(c.d_model, c.n_heads, c.d_ff, norm_first=c.norm_first,
-                             activation=c.mlp, causal=True, bias=c.bias, norm=c.norm,
-                             n_kv_heads=c.n_kv_heads, rope=c.positional == "rope",
-                             rope_base=c.rope_base, alibi=c.positional == "alibi",
-                             norm_eps=c.norm_eps, residual=residual)
-            for _ in range(c.n_layers))
+        self.blocks = nn.ModuleList(_make_block(c, residual) for _ in range(c.n_layers))
         self.norm_f = _make_norm(c) if c.final_norm else nn.Identity()
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tied_embeddings:
@@ -88,7 +98,8 @@ class GPT(nn.Module):
         std = 0.02
         for name, module in self.named_modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
-                writes = name.endswith(("attn.out_proj", "mlp.fc2"))
+                writes = name.endswith(("attn.out_proj", "mlp.fc2")) or \
+                    (".mlp.experts." in name and name.endswith(".fc2"))   # MoE experts
                 nn.init.normal_(module.weight, 0.0, std / math.sqrt(2 * self.config.n_layers)
                                 if writes else std)
             if isinstance(module, nn.Linear) and module.bias is not None:

@@ -14,11 +14,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from transformer_lib._checks import (require_ids, require_int, require_positive, require_tensor,
-                                     require_width)
+from transformer_lib._checks import (require_ids, require_instance, require_int, require_positive,
+                                     require_tensor, require_width)
 from transformer_lib.block import MLP, TransformerBlock
 
-__all__ = ["Router", "MoELayer", "load_balancing_loss", "moe_block"]
+__all__ = ["Router", "MoELayer", "load_balancing_loss", "moe_block", "moe_balancing_loss"]
 
 
 class Router(nn.Module):
@@ -191,3 +191,20 @@ def moe_block(
         activation=block_kwargs.get("activation", "gelu"), bias=block_kwargs.get("bias", True), return_aux=False,
     )
     return block
+
+
+def moe_balancing_loss(model: nn.Module) -> Tensor:
+    """Mean of the balancing losses of every :class:`MoELayer` in ``model`` -> scalar.
+
+    Read from each layer's ``last_aux`` after a forward pass (a ``GPT`` built with
+    ``n_experts`` holds one per block); add ``α ·`` this to the training loss.
+    Differentiable through the routers. Chapter 8.
+    """
+    require_instance("model", model, nn.Module, "a torch.nn.Module")
+    layers = [m for m in model.modules() if isinstance(m, MoELayer)]
+    if not layers:
+        raise ValueError("model: expected at least one MoELayer, got none")
+    if any(m.last_aux is None for m in layers):
+        raise ValueError("model: expected a forward pass before the balancing loss, got an MoELayer "
+                         "that has not run")
+    return torch.stack([m.last_aux["load_balancing_loss"] for m in layers]).mean()

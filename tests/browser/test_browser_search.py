@@ -13,6 +13,7 @@ TERMS = [
     ("buyback", "chapters/05_multi_head_attention.html"),
     ("rotary", "chapters/06_positional_information.html"),
     ("teacher", "chapters/07_causal_masking.html"),
+    ("Mixtral", "chapters/08_mixture_of_experts.html"),
     ("crossover", "chapters/09_parameter_and_flop_counting.html"),
 ]
 

@@ -186,3 +186,5 @@ from submissions.wrong_ch09 import WRONG as _ch09  # noqa: E402
 WRONG.update(_ch09)
 from submissions.wrong_ch06 import WRONG as _ch06  # noqa: E402
 WRONG.update(_ch06)
+from submissions.wrong_ch08 import WRONG as _ch08  # noqa: E402
+WRONG.update(_ch08)

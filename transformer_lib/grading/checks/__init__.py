@@ -21,4 +21,5 @@ from .ch04_residual import *  # noqa: F403
 from .ch05_multihead import *  # noqa: F403
 from .ch06_positional import *  # noqa: F403
 from .ch07_causal import *  # noqa: F403
+from .ch08_moe import *  # noqa: F403
 from .ch09_counting import *  # noqa: F403
