@@ -36,7 +36,7 @@ TEST_FILES = [
     "tests/test_block.py", "tests/test_embedding.py", "tests/test_model.py",
     "tests/test_moe.py", "tests/test_moe_model.py", "tests/test_counting.py", "tests/test_data_train.py",
     "tests/test_viz.py", "tests/test_checks.py", "tests/test_residual_stream.py", "tests/test_tiled.py",
-    "tests/test_reference_models.py",
+    "tests/test_reference_models.py", "tests/test_induction_task.py",
 ]
 # The test file that exercises each module most directly runs first, so most mutants die fast.
 FIRST = {
@@ -178,7 +178,9 @@ MUTANTS: list[Mutant] = [
       "start = torch.randint(0, ids.shape[0] - block + 1, (batch,), generator=gen)", "batch start off by one (past the end)"),
     M("data", "start = torch.randint(0, ids.shape[0] - block, (batch,), generator=gen)",
       "start = torch.randint(1, ids.shape[0] - block, (batch,), generator=gen)", "batch start never 0"),
-    M("data", "targets[:, : n + 1] = IGNORE_INDEX", "targets[:, :n] = IGNORE_INDEX", "induction supervises the SEP->r0 step"),
+    M("data", "targets[:, : m + 1] = IGNORE_INDEX", "targets[:, :m] = IGNORE_INDEX", "induction supervises the SEP->r0 step"),
+    M("data", "torch.where(k < m, k, k - m)))", "torch.where(k < m, k, k - n)))", "induction gap fillers misplaced"),
+    M("data", "start = max_gap - gap", "start = gap", "induction prefix and gap swapped"),
     M("data", "return _source_then_answer(s, s.flip(1))", "return _source_then_answer(s, s)", "reverse copies"),
     M("data", "return float(-(p * p.log()).sum())", "return float(-(p * p.log2()).sum())", "unigram loss in bits"),
     M("train", "loss_fn = loss_fn or cross_entropy_loss", "loss_fn = cross_entropy_loss", "train ignores a custom loss"),
@@ -232,8 +234,8 @@ MUTANTS: list[Mutant] = [
       "pooler bias not counted"),
     M("counting", "\"unembedding\": 2 * n * d * c.vocab_size if c.lm_head else 0,",
       "\"unembedding\": n * d * c.vocab_size if c.lm_head else 0,", "unembedding FLOPs without the factor 2"),
-    M("data", "r = torch.rand(batch, vocab_size - 1, generator=gen).argsort(dim=1)[:, :n] + 1",
-      "r = torch.rand(batch, vocab_size - 1, generator=gen).argsort(dim=1)[:, :n]", "distinct induction draws SEP"),
+    M("data", "tokens = torch.rand(batch, vocab_size - 1, generator=gen).argsort(dim=1)[:, :m] + 1",
+      "tokens = torch.rand(batch, vocab_size - 1, generator=gen).argsort(dim=1)[:, :m]", "distinct induction draws SEP"),
     M("model", "kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]",
       "kth = torch.topk(logits, top_k, dim=-1).values[:, :1]", "top-k keeps only the best token"),
     M("model", "logits = self(idx[:, -n_ctx:], cache=cache)", "logits = self(idx[:, -n_ctx + 1:], cache=cache)",

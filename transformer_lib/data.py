@@ -196,26 +196,45 @@ def induction_task(
     *,
     seed: int | None = None,
     distinct: bool = False,
+    max_gap: int = 0,
 ) -> tuple[Tensor, Tensor]:
-    """Induction: ``[SEP, r, r]`` with r n random tokens; predict the repeat.
+    """Induction: a random segment r of n tokens occurs twice; predict the second copy.
 
-    Returns (inputs, targets), each ``(batch, 2n)``. Inputs are ``[SEP, r_0 … r_{n−1},
-    r_0 … r_{n−2}]``; targets are supervised only inside the repeat (positions n+1 … 2n−1,
-    target ``r_{t+1}`` after ``r_t``), where the answer is "find the previous occurrence of
-    the current token and copy the token after it". ``distinct=True`` draws r without
-    repeated tokens (needs ``n < vocab_size``), so the previous occurrence is unique. Chapter 7.
+    With ``max_gap=0`` the sequence is ``[SEP, r, r]``: inputs ``[SEP, r_0 … r_{n−1}, r_0 …
+    r_{n−2}]``, each of inputs and targets ``(batch, 2n)``. With ``max_gap=G > 0`` each
+    sequence draws its own gap g uniform in ``0 … G`` and reads ``[SEP, f_1 … f_{G−g}, r,
+    f'_1 … f'_g, r]`` with G filler tokens f, f' (random content tokens): the copies are n + g
+    apart, so no fixed offset finds the previous occurrence, only its content does. Inputs and
+    targets are ``(batch, 2n + G)`` and the second copy always ends the sequence. Targets are
+    supervised only inside the second copy (target ``r_{i+1}`` after ``r_i``), where the answer
+    is "find the previous occurrence of the current token and copy the token after it".
+    ``distinct=True`` draws r and the fillers without repeated tokens (needs ``n + G <
+    vocab_size``), so the previous occurrence is unique. Chapter 7.
     """
     _check_task(batch, n, vocab_size)
+    require_int("max_gap", max_gap, low=0)
     gen = _generator(generator, seed)
+    m = n + max_gap                                                 # distinct tokens drawn
     if distinct:
-        if n > vocab_size - 1:
-            raise ValueError(f"n: expected at most vocab_size - 1 = {vocab_size - 1} distinct tokens, got {n}")
-        r = torch.rand(batch, vocab_size - 1, generator=gen).argsort(dim=1)[:, :n] + 1
+        if m > vocab_size - 1:
+            raise ValueError(f"n: expected n + max_gap <= vocab_size - 1 = {vocab_size - 1} "
+                             f"distinct tokens, got n={n}, max_gap={max_gap}")
+        tokens = torch.rand(batch, vocab_size - 1, generator=gen).argsort(dim=1)[:, :m] + 1
     else:
-        r = _random_tokens(batch, n, vocab_size, gen)
-    z = torch.cat([torch.full((batch, 1), SEP, dtype=torch.long), r, r], dim=1)   # (batch, 2n + 1)
+        tokens = _random_tokens(batch, m, vocab_size, gen)
+    if max_gap == 0:
+        content = torch.cat([tokens, tokens], dim=1)                  # [r, r]
+    else:                                                           # tokens = [r, fillers]
+        gap = torch.randint(0, max_gap + 1, (batch, 1), generator=gen)
+        k = torch.arange(2 * n + max_gap)                           # content position
+        start = max_gap - gap                                       # first copy: start … start+n−1
+        source = torch.where(k < start, n + k,                      # prefix fillers
+                 torch.where(k < start + n, k - start,              # first copy
+                 torch.where(k < m, k, k - m)))                     # gap fillers, second copy
+        content = tokens.gather(1, source)
+    z = torch.cat([torch.full((batch, 1), SEP, dtype=torch.long), content], dim=1)  # (batch, 2n + G + 1)
     inputs, targets = z[:, :-1].clone(), z[:, 1:].clone()
-    targets[:, : n + 1] = IGNORE_INDEX
+    targets[:, : m + 1] = IGNORE_INDEX
     return inputs, targets
 
 
