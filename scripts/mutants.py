@@ -13,8 +13,8 @@ behaviour, with the reason).
     python scripts/mutants.py --list        # ids and descriptions only
 
 Run by ``make mutants``, never by ``make test`` (a full run takes minutes). It is the fast,
-curated first stage: each bug here is one a person could plausibly write (several were found
-in the library, or in the chapters' drafts), described in words, and kept even when mutmut's
+curated first stage: each bug here is one a person could plausibly write, described in words,
+and kept even when mutmut's
 mechanical operators (the second stage, configured in ``pyproject.toml``) would not produce
 it — a dropped call, a swapped pair of arguments, a mask from the wrong side.
 """
