@@ -40,7 +40,7 @@ TEST_FILES = [
     "tests/test_block.py", "tests/test_embedding.py", "tests/test_model.py",
     "tests/test_moe.py", "tests/test_counting.py", "tests/test_data_train.py",
     "tests/test_viz.py", "tests/test_checks.py", "tests/test_residual_stream.py", "tests/test_tiled.py",
-    "tests/test_reference_models.py",
+    "tests/test_reference_models.py", "tests/test_attention_stages.py",
 ]
 # The test file that exercises each module most directly runs first, so most mutants die fast.
 FIRST = {
