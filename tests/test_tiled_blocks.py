@@ -1,0 +1,65 @@
+"""Tiled attention at the extreme tile sizes, and the memory meter's bookkeeping of views
+(Chapter 9). Mutation testing found both untested: a causal loop that stops one key early only
+shows when a tile can start on the last visible key, which tiles of one key always do."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from transformer_lib.attention import causal_mask, scaled_dot_product_attention
+from transformer_lib.memory import peak_memory
+from transformer_lib.tiled import tiled_attention
+
+TIGHT = dict(atol=1e-12, rtol=1e-12)
+
+
+def _qkv(n, m, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(2, length, 4, generator=g, dtype=torch.float64) for length in (n, m, m))
+
+
+@pytest.mark.parametrize("n,m", [(6, 6), (4, 9)])
+@pytest.mark.parametrize("block_q,block_k", [(1, 1), (1, 3), (2, 1), (64, 64)])
+def test_tiled_causal_at_every_tile_size(n, m, block_q, block_k):
+    q, k, v = _qkv(n, m)
+    expected = scaled_dot_product_attention(q, k, v, mask=causal_mask(n, m))[0]
+    got = tiled_attention(q, k, v, causal=True, block_q=block_q, block_k=block_k)
+    torch.testing.assert_close(got, expected, **TIGHT)
+
+
+def test_tiled_rescales_when_a_later_tile_holds_the_maximum():
+    """Scores that grow along the keys: every new key tile raises the running maximum."""
+    q = torch.ones(1, 3, 2, dtype=torch.float64)
+    k = torch.arange(12, dtype=torch.float64).repeat(2, 1).T.unsqueeze(0) * 3.0     # (1, 12, 2)
+    v = torch.randn(1, 12, 5, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    expected = torch.softmax(q @ k.transpose(-2, -1) / 2 ** 0.5, dim=-1) @ v
+    torch.testing.assert_close(tiled_attention(q, k, v, block_q=2, block_k=5), expected, **TIGHT)
+
+
+def test_tiled_block_q_validated():
+    q, k, v = _qkv(3, 3)
+    with pytest.raises(ValueError, match="^" + re.escape("block_q: expected an int >= 1, got 0") + "$"):
+        tiled_attention(q, k, v, block_q=0)
+    with pytest.raises(TypeError, match="^" + re.escape("block_q: expected an int, got float (2.0)") + "$"):
+        tiled_attention(q, k, v, block_q=2.0)
+
+
+def test_peak_memory_keeps_a_storage_alive_through_its_views():
+    def work():
+        a = torch.empty(1000)            # 4000 bytes
+        b = a[:10]                       # a view: the storage stays alive after `del a`
+        c = a.view(10, 100)              # a second view of the same storage: not charged again
+        del a
+        d = torch.empty(1000)            # 4000 more while b and c hold the first storage
+        del b, c, d
+    assert peak_memory(work, exclude_output=False) == 8000
+
+
+def test_peak_memory_exclude_output_subtracts_each_output_storage_once():
+    def work():
+        out = torch.empty(250)           # 1000 bytes
+        return out, out[:5], torch.empty(100, dtype=torch.float64)  # two storages: 1000 + 800
+    assert peak_memory(work, exclude_output=False) == 1800
+    assert peak_memory(work) == 0
