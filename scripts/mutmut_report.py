@@ -3,8 +3,9 @@
 Reads the results mutmut left in ``mutants/transformer_lib/*.py.meta`` and the list of
 equivalent mutants in ``scripts/mutmut_equivalent.md`` (lines ``- `NAME`: reason``). Prints,
 for each module with checked mutants, how many were killed (by a failing test or a timeout),
-how many survived as equivalent and how many survived unexplained, then every unexplained
-survivor with the command that shows its diff. Exits 1 if there is one.
+how many survived as equivalent, how many survived unexplained and how many are not run yet
+(an interrupted run resumes where it stopped), then every unexplained survivor with the
+command that shows its diff. Exits 1 if there is one.
 
     python scripts/mutmut_report.py              # every module mutmut has results for
     python scripts/mutmut_report.py attention    # one module
@@ -38,7 +39,8 @@ def main(argv: list[str]) -> int:
     wanted = set(argv)
     equivalent = equivalent_names()
     unexplained: list[str] = []
-    print(f"{'module':12s} {'killed':>7s} {'equiv.':>7s} {'survived':>9s} {'no test':>8s} {'kill rate':>10s}")
+    print(f"{'module':12s} {'killed':>7s} {'equiv.':>7s} {'survived':>9s} {'no test':>8s} {'not run':>8s} "
+          f"{'kill rate':>10s}")
     for meta in sorted(RESULTS.rglob("*.py.meta")):
         module = meta.name.removesuffix(".py.meta")
         if wanted and module not in wanted:
@@ -61,9 +63,9 @@ def main(argv: list[str]) -> int:
         checked = count["killed"] + count["equivalent"] + count["survived"]
         if not checked:
             continue
-        rate = count["killed"] / max(1, checked - count["equivalent"])
+        rate = count["killed"] / max(1, checked - count["equivalent"])  # equivalent ones left out
         print(f"{module:12s} {count['killed']:7d} {count['equivalent']:7d} {count['survived']:9d} "
-              f"{count['no test']:8d} {100 * rate:9.1f}%")
+              f"{count['no test']:8d} {count['not run']:8d} {100 * rate:9.1f}%")
     for name in unexplained:
         print(f"  unexplained survivor: {name}   (mutmut show {name})")
     if unexplained:
