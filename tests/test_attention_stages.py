@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from torch_helpers import rand
-from transformer_lib.attention import (SelfAttention, dot_product_attention, metric_attention,
-                                       naive_softmax, query_key_attention, softmax)
+from transformer_lib.attention import (SelfAttention, causal_mask, dot_product_attention,
+                                       metric_attention, naive_softmax, query_key_attention,
+                                       scaled_dot_product_attention, softmax)
 
 TIGHT = dict(atol=1e-12, rtol=1e-12)
 
@@ -68,7 +69,9 @@ def test_self_attention_sizes_and_from_matrices():
     layer = SelfAttention(6, 4, bias=True)
     assert (layer.d_model, layer.d_k, layer.d_v) == (6, 4, 4)
     assert [tuple(lin.weight.shape) for lin in (layer.W_q, layer.W_k, layer.W_v)] == [(4, 6)] * 3
-    assert layer.W_q.bias is not None and SelfAttention(6, 4).W_q.bias is None
+    plain = SelfAttention(6, 4)
+    for name in ("W_q", "W_k", "W_v"):
+        assert getattr(layer, name).bias is not None and getattr(plain, name).bias is None
     W_Q, W_K, W_V = rand(6, 4, seed=7), rand(6, 4, seed=8), rand(6, 2, seed=9)
     head = SelfAttention.from_matrices(W_Q, W_K, W_V)
     assert head.W_q.bias is None and head.W_q.weight.dtype == torch.float64
@@ -102,7 +105,23 @@ W34 = torch.ones(3, 4)
      "context: expected shape (…, len, d_model=3), got (5, 4)"),
     (lambda: SelfAttention(3, 4)(torch.ones(3)), ValueError, "x: expected shape (…, len, d_model=3), got (3,)"),
     (lambda: SelfAttention(3, 4)(X2, context=[1.0]), TypeError, "context: expected a torch.Tensor, got list"),
+    (lambda: scaled_dot_product_attention(torch.ones(3), X2, X2), ValueError,
+     "q: expected at least 2 dims (…, len, dim), got (3,)"),
+    (lambda: scaled_dot_product_attention(X2, torch.ones(3), X2), ValueError,
+     "k: expected at least 2 dims (…, len, dim), got (3,)"),
+    (lambda: scaled_dot_product_attention(X2, X2, torch.ones(5, 3, dtype=torch.long)), TypeError,
+     "v: expected a floating dtype, got torch.int64"),
+    (lambda: scaled_dot_product_attention(X2, X2, X2, bias=[0.0]), TypeError, "bias: expected a torch.Tensor, got list"),
+    (lambda: scaled_dot_product_attention(X2, X2, X2, mask=[True]), TypeError, "mask: expected a torch.Tensor, got list"),
+    (lambda: causal_mask(-1), ValueError, "n: expected an int >= 0, got -1"),
+    (lambda: causal_mask(2, -1), ValueError, "m: expected an int >= 0, got -1"),
 ])
 def test_attention_errors_name_the_argument(call, error, message):
     with pytest.raises(error, match="^" + re.escape(message) + "$"):
         call()
+
+
+def test_causal_mask_of_zero_queries():
+    assert causal_mask(0).shape == (0, 0)
+    assert causal_mask(0, 3).shape == (0, 3)
+    assert causal_mask(1, 3).tolist() == [[True, True, True]]
