@@ -42,6 +42,7 @@ TEST_FILES = [
     "tests/test_viz.py", "tests/test_checks.py", "tests/test_residual_stream.py", "tests/test_tiled.py",
     "tests/test_reference_models.py", "tests/test_attention_stages.py",
     "tests/test_tiled_blocks.py", "tests/test_loading.py",
+    "tests/test_stream_errors.py",
 ]
 # The test file that exercises each module most directly runs first, so most mutants die fast.
 FIRST = {
