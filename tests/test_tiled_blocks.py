@@ -63,3 +63,13 @@ def test_peak_memory_exclude_output_subtracts_each_output_storage_once():
         return out, out[:5], torch.empty(100, dtype=torch.float64)  # two storages: 1000 + 800
     assert peak_memory(work, exclude_output=False) == 1800
     assert peak_memory(work) == 0
+
+
+def test_peak_memory_edges_meta_one_byte_and_returned_inputs():
+    meta = peak_memory(lambda: torch.empty(1000, device="meta") * 2, exclude_output=False)
+    assert meta == 0                                      # meta tensors hold no memory
+    assert peak_memory(lambda: torch.zeros(1, dtype=torch.bool), exclude_output=False) == 1
+    x = torch.zeros(10)
+    assert peak_memory(lambda t: t, x) == 0               # an input returned is neither charged nor subtracted
+    assert peak_memory(lambda t: (t, t + 1), x) == 0      # the new output (40 bytes) is subtracted
+    assert peak_memory(lambda t: (t, t + 1), x, exclude_output=False) == 40
