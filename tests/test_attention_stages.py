@@ -125,3 +125,12 @@ def test_causal_mask_of_zero_queries():
     assert causal_mask(0).shape == (0, 0)
     assert causal_mask(0, 3).shape == (0, 3)
     assert causal_mask(1, 3).tolist() == [[True, True, True]]
+
+
+def test_attention_on_the_meta_device():
+    """Shapes without values (how large models are counted): masks and attention stay on meta."""
+    assert causal_mask(2, 3, device="meta").device.type == "meta"
+    q = torch.empty(2, 4, 3, 8, device="meta")
+    mask = causal_mask(3, device="meta")
+    out, weights = scaled_dot_product_attention(q, q, q, mask=mask)
+    assert (out.device.type, tuple(out.shape), tuple(weights.shape)) == ("meta", (2, 4, 3, 8), (2, 4, 3, 3))
