@@ -47,14 +47,21 @@ def test_tiled_block_q_validated():
 
 
 def test_peak_memory_keeps_a_storage_alive_through_its_views():
-    def work():
+    def view_dropped_first():
         a = torch.empty(1000)            # 4000 bytes
-        b = a[:10]                       # a view: the storage stays alive after `del a`
-        c = a.view(10, 100)              # a second view of the same storage: not charged again
+        b = a.view(10, 100)              # a view of the same storage: not charged again
+        del b                            # the storage lives on in a
+        d = torch.empty(1000)            # 4000 more while a holds the first storage
+        del a, d
+
+    def base_dropped_first():
+        a = torch.empty(1000)
+        b, c = a[:10], a.t()             # two views keep the storage alive after `del a`
         del a
-        d = torch.empty(1000)            # 4000 more while b and c hold the first storage
+        d = torch.empty(1000)
         del b, c, d
-    assert peak_memory(work, exclude_output=False) == 8000
+    assert peak_memory(view_dropped_first, exclude_output=False) == 8000
+    assert peak_memory(base_dropped_first, exclude_output=False) == 8000
 
 
 def test_peak_memory_exclude_output_subtracts_each_output_storage_once():
