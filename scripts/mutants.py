@@ -277,8 +277,6 @@ MUTANTS: list[Mutant] = [
     M("memory", "peak -= t.untyped_storage().nbytes()", "pass", "exclude_output ignored"),
     M("stream", "site = block.norm2 if block.norm_first else block.mlp", "site = block.norm2",
       "post-norm middle state read from norm2's input"),
-    M("stream", "stream.states.extend([seen[0], out])", "stream.states.extend([seen[-1], out])",
-      "middle state taken from the wrong hook call"),
     M("stream", "return model.lm_head(model.norm_f(state))", "return model.lm_head(state)",
       "logit lens skips the final norm"),
     M("stream", "return float(grad.norm() / g.norm())", "return float(grad.norm())",
