@@ -80,3 +80,7 @@ def test_peak_memory_edges_meta_one_byte_and_returned_inputs():
     assert peak_memory(lambda t: t, x) == 0               # an input returned is neither charged nor subtracted
     assert peak_memory(lambda t: (t, t + 1), x) == 0      # the new output (40 bytes) is subtracted
     assert peak_memory(lambda t: (t, t + 1), x, exclude_output=False) == 40
+
+
+def test_peak_memory_passes_keyword_arguments_on():
+    assert peak_memory(lambda n=0: torch.empty(n), n=250, exclude_output=False) == 1000
