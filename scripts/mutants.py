@@ -13,10 +13,10 @@ behaviour, with the reason).
     python scripts/mutants.py --list        # ids and descriptions only
 
 Run by ``make mutants``, never by ``make test`` (a full run takes minutes). It is the fast,
-curated first stage: each bug here is one a person could plausibly write, described in
-words, and kept even when mutmut's mechanical operators (the second stage, configured in
-``pyproject.toml``) would not produce
-it — a dropped call, a swapped pair of arguments, a mask from the wrong side.
+curated first stage: each bug here is one a person could plausibly write, described in words,
+and kept even where mutmut's mechanical operators (the second stage, configured in
+``pyproject.toml``) would not produce it: a dropped call, a swapped pair of arguments, a mask
+from the wrong side. ``--no-baseline`` skips the unmutated run when the tests just passed.
 """
 from __future__ import annotations
 
