@@ -84,3 +84,20 @@ def test_peak_memory_edges_meta_one_byte_and_returned_inputs():
 
 def test_peak_memory_passes_keyword_arguments_on():
     assert peak_memory(lambda n=0: torch.empty(n), n=250, exclude_output=False) == 1000
+
+
+@pytest.mark.parametrize("block_q,block_k", [(2, 3), (64, 64)])
+def test_tiled_causal_and_a_padding_mask_together(block_q, block_k):
+    """A user mask AND the causal rule, as `mask & causal_mask` in the explicit attention."""
+    q, k, v = _qkv(6, 8, seed=2)
+    mask = torch.rand(2, 6, 8, generator=torch.Generator().manual_seed(3)) < 0.7
+    expected = scaled_dot_product_attention(q, k, v, mask=mask & causal_mask(6, 8))[0]
+    got = tiled_attention(q, k, v, mask=mask, causal=True, block_q=block_q, block_k=block_k)
+    torch.testing.assert_close(got, expected, **TIGHT)
+
+
+def test_tiled_on_the_meta_device():
+    """Shapes only: every tile, its causal rule included, stays on the inputs' device."""
+    q, k = torch.empty(2, 5, 4, device="meta"), torch.empty(2, 7, 4, device="meta")
+    out = tiled_attention(q, k, k, causal=True, block_q=2, block_k=2)
+    assert (out.device.type, tuple(out.shape)) == ("meta", (2, 5, 4))
