@@ -101,3 +101,14 @@ def test_tiled_on_the_meta_device():
     q, k = torch.empty(2, 5, 4, device="meta"), torch.empty(2, 7, 4, device="meta")
     out = tiled_attention(q, k, k, causal=True, block_q=2, block_k=2)
     assert (out.device.type, tuple(out.shape)) == ("meta", (2, 5, 4))
+
+
+def test_tiled_shifts_each_query_row_by_its_own_maximum():
+    """Two rows of one tile whose scores differ by ~700: a shift shared by the tile would
+    underflow the small row to exp(-700) = 0 in float32."""
+    q = torch.tensor([[[100.0, 0.0], [0.01, 0.0]]])
+    k = torch.stack([torch.arange(8.0) + 3, torch.ones(8)], dim=-1).unsqueeze(0)   # (1, 8, 2)
+    v = torch.randn(1, 8, 3, generator=torch.Generator().manual_seed(4))
+    expected = torch.softmax(q @ k.transpose(-2, -1) / 2 ** 0.5, dim=-1) @ v
+    got = tiled_attention(q, k, v, block_q=2, block_k=4)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
