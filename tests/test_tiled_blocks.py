@@ -1,0 +1,114 @@
+"""Tiled attention at the extreme tile sizes, and the memory meter's bookkeeping of views
+(Chapter 9). Mutation testing found both untested: a causal loop that stops one key early only
+shows when a tile can start on the last visible key, which tiles of one key always do."""
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+
+from transformer_lib.attention import causal_mask, scaled_dot_product_attention
+from transformer_lib.memory import peak_memory
+from transformer_lib.tiled import tiled_attention
+
+TIGHT = dict(atol=1e-12, rtol=1e-12)
+
+
+def _qkv(n, m, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(2, length, 4, generator=g, dtype=torch.float64) for length in (n, m, m))
+
+
+@pytest.mark.parametrize("n,m", [(6, 6), (4, 9)])
+@pytest.mark.parametrize("block_q,block_k", [(1, 1), (1, 3), (2, 1), (64, 64)])
+def test_tiled_causal_at_every_tile_size(n, m, block_q, block_k):
+    q, k, v = _qkv(n, m)
+    expected = scaled_dot_product_attention(q, k, v, mask=causal_mask(n, m))[0]
+    got = tiled_attention(q, k, v, causal=True, block_q=block_q, block_k=block_k)
+    torch.testing.assert_close(got, expected, **TIGHT)
+
+
+def test_tiled_rescales_when_a_later_tile_holds_the_maximum():
+    """Scores that grow along the keys: every new key tile raises the running maximum."""
+    q = torch.ones(1, 3, 2, dtype=torch.float64)
+    k = torch.arange(12, dtype=torch.float64).repeat(2, 1).T.unsqueeze(0) * 3.0     # (1, 12, 2)
+    v = torch.randn(1, 12, 5, generator=torch.Generator().manual_seed(1), dtype=torch.float64)
+    expected = torch.softmax(q @ k.transpose(-2, -1) / 2 ** 0.5, dim=-1) @ v
+    torch.testing.assert_close(tiled_attention(q, k, v, block_q=2, block_k=5), expected, **TIGHT)
+
+
+def test_tiled_block_q_validated():
+    q, k, v = _qkv(3, 3)
+    with pytest.raises(ValueError, match="^" + re.escape("block_q: expected an int >= 1, got 0") + "$"):
+        tiled_attention(q, k, v, block_q=0)
+    with pytest.raises(TypeError, match="^" + re.escape("block_q: expected an int, got float (2.0)") + "$"):
+        tiled_attention(q, k, v, block_q=2.0)
+
+
+def test_peak_memory_keeps_a_storage_alive_through_its_views():
+    def view_dropped_first():
+        a = torch.empty(1000)            # 4000 bytes
+        b = a.view(10, 100)              # a view of the same storage: not charged again
+        del b                            # the storage lives on in a
+        d = torch.empty(1000)            # 4000 more while a holds the first storage
+        del a, d
+
+    def base_dropped_first():
+        a = torch.empty(1000)
+        b, c = a[:10], a.t()             # two views keep the storage alive after `del a`
+        del a
+        d = torch.empty(1000)
+        del b, c, d
+    assert peak_memory(view_dropped_first, exclude_output=False) == 8000
+    assert peak_memory(base_dropped_first, exclude_output=False) == 8000
+
+
+def test_peak_memory_exclude_output_subtracts_each_output_storage_once():
+    def work():
+        out = torch.empty(250)           # 1000 bytes
+        return out, out[:5], torch.empty(100, dtype=torch.float64)  # two storages: 1000 + 800
+    assert peak_memory(work, exclude_output=False) == 1800
+    assert peak_memory(work) == 0
+
+
+def test_peak_memory_edges_meta_one_byte_and_returned_inputs():
+    meta = peak_memory(lambda: torch.empty(1000, device="meta") * 2, exclude_output=False)
+    assert meta == 0                                      # meta tensors hold no memory
+    assert peak_memory(lambda: torch.zeros(1, dtype=torch.bool), exclude_output=False) == 1
+    x = torch.zeros(10)
+    assert peak_memory(lambda t: t, x) == 0               # an input returned is neither charged nor subtracted
+    assert peak_memory(lambda t: (t, t + 1), x) == 0      # the new output (40 bytes) is subtracted
+    assert peak_memory(lambda t: (t, t + 1), x, exclude_output=False) == 40
+
+
+def test_peak_memory_passes_keyword_arguments_on():
+    assert peak_memory(lambda n=0: torch.empty(n), n=250, exclude_output=False) == 1000
+
+
+@pytest.mark.parametrize("block_q,block_k", [(2, 3), (64, 64)])
+def test_tiled_causal_and_a_padding_mask_together(block_q, block_k):
+    """A user mask AND the causal rule, as `mask & causal_mask` in the explicit attention."""
+    q, k, v = _qkv(6, 8, seed=2)
+    mask = torch.rand(2, 6, 8, generator=torch.Generator().manual_seed(3)) < 0.7
+    expected = scaled_dot_product_attention(q, k, v, mask=mask & causal_mask(6, 8))[0]
+    got = tiled_attention(q, k, v, mask=mask, causal=True, block_q=block_q, block_k=block_k)
+    torch.testing.assert_close(got, expected, **TIGHT)
+
+
+def test_tiled_on_the_meta_device():
+    """Shapes only: every tile, its causal rule included, stays on the inputs' device."""
+    q, k = torch.empty(2, 5, 4, device="meta"), torch.empty(2, 7, 4, device="meta")
+    out = tiled_attention(q, k, k, causal=True, block_q=2, block_k=2)
+    assert (out.device.type, tuple(out.shape)) == ("meta", (2, 5, 4))
+
+
+def test_tiled_shifts_each_query_row_by_its_own_maximum():
+    """Two rows of one tile whose scores differ by ~700: a shift shared by the tile would
+    underflow the small row to exp(-700) = 0 in float32."""
+    q = torch.tensor([[[100.0, 0.0], [0.01, 0.0]]])
+    k = torch.stack([torch.arange(8.0) + 3, torch.ones(8)], dim=-1).unsqueeze(0)   # (1, 8, 2)
+    v = torch.randn(1, 8, 3, generator=torch.Generator().manual_seed(4))
+    expected = torch.softmax(q @ k.transpose(-2, -1) / 2 ** 0.5, dim=-1) @ v
+    got = tiled_attention(q, k, v, block_q=2, block_k=4)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
