@@ -129,3 +129,13 @@ def require_positions(name: str, positions: object, batch: int, n: int) -> Tenso
     if positions.numel() and int(positions.min()) < 0:
         raise ValueError(f"{name}: expected values >= 0, got min {int(positions.min())}")
     return positions.reshape(-1, n).expand(batch, n)
+
+
+def require_lead_broadcast(name: str, x: Tensor, lead: Sequence[int], other: str) -> torch.Size:
+    """The leading dims ``x.shape[:-2]`` broadcast with ``lead`` (those of ``other``);
+    returns the broadcast leading dims."""
+    try:
+        return torch.broadcast_shapes(torch.Size(lead), x.shape[:-2])
+    except RuntimeError:
+        raise ValueError(f"{name}: expected leading dims that broadcast with {tuple(lead)} "
+                         f"(those of {other}), got {tuple(x.shape[:-2])}") from None

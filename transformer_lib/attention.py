@@ -22,8 +22,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from transformer_lib._checks import (require_broadcastable, require_int, require_mask,
-                                     require_query_block, require_tensor)
+from transformer_lib._checks import (require_broadcastable, require_int, require_lead_broadcast,
+                                     require_mask, require_query_block, require_tensor)
 
 __all__ = [
     "naive_softmax",
@@ -83,11 +83,7 @@ def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> torch.Size:
         )
     lead = q.shape[:-2]
     for name, t in (("k", k), ("v", v)):
-        try:
-            lead = torch.broadcast_shapes(lead, t.shape[:-2])
-        except RuntimeError:
-            raise ValueError(f"{name}: expected leading dims that broadcast with {tuple(lead)} "
-                             f"(those of q), got {tuple(t.shape[:-2])}") from None
+        lead = require_lead_broadcast(name, t, lead, "q")
     return lead
 
 
@@ -269,11 +265,7 @@ class SelfAttention(nn.Module):
                 raise ValueError(
                     f"{name}: expected shape (…, len, d_model={self.d_model}), got {tuple(t.shape)}"
                 )
-        try:
-            torch.broadcast_shapes(x.shape[:-2], context.shape[:-2])
-        except RuntimeError:
-            raise ValueError(f"context: expected leading dims that broadcast with {tuple(x.shape[:-2])} "
-                             f"(those of x), got {tuple(context.shape[:-2])}") from None
+        require_lead_broadcast("context", context, x.shape[:-2], "x")
         q, k, v = self.W_q(x), self.W_k(context), self.W_v(context)
         out, weights = scaled_dot_product_attention(q, k, v, mask=mask)
         return (out, weights) if return_weights else out
