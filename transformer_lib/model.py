@@ -98,8 +98,8 @@ class GPT(nn.Module):
         std = 0.02
         for name, module in self.named_modules():
             if isinstance(module, (nn.Linear, nn.Embedding)):
-                writes = name.endswith(("attn.out_proj", "mlp.fc2")) or \
-                    (".mlp.experts." in name and name.endswith(".fc2"))   # MoE experts
+                # the layers that write to the stream: out_proj and every MLP's (or expert's) fc2
+                writes = name.endswith(("attn.out_proj", ".fc2"))
                 nn.init.normal_(module.weight, 0.0, std / math.sqrt(2 * self.config.n_layers)
                                 if writes else std)
             if isinstance(module, nn.Linear) and module.bias is not None:
