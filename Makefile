@@ -16,7 +16,7 @@ VENDOR := _assets/vendor/NOTICE.txt
 install: $(STAMP) $(VENDOR)
 
 # torch first, pinned to the CPU build, so that nothing later pulls a CUDA build.
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt $(wildcard requirements/*.txt) pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -r requirements.txt

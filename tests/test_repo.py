@@ -93,10 +93,73 @@ def test_chapter_has_goals_checks_and_exercise_link(path):
     assert "glue(" in code, f"{path.name}: numbers in prose must be glued"
 
 
-def test_requirements_are_pinned():
-    lines = [ln.strip() for ln in (REPO / "requirements.txt").read_text().splitlines()]
-    reqs = [ln for ln in lines if ln and not ln.startswith("#")]
-    loose = [r for r in reqs if not re.fullmatch(r"[A-Za-z0-9_.\-\[\]]+==[A-Za-z0-9_.+\-]+", r)]
-    assert not loose, f"unpinned requirements: {loose}"
-    assert not any(r.lower().startswith("torch==") for r in reqs), \
-        "torch is installed first, on its own (pip install torch==2.13.0), not from requirements.txt"
+REQ_FILES = ("runtime", "book", "test")  # each may lean on the ones before it
+
+
+def _pins(name: str) -> dict[str, str]:
+    """{canonical name: version} of requirements/NAME.txt; every line must be an exact pin."""
+    from packaging.utils import canonicalize_name
+
+    pins = {}
+    for ln in (REPO / "requirements" / f"{name}.txt").read_text().splitlines():
+        ln = ln.strip()
+        if not ln or ln.startswith("#"):
+            continue
+        assert re.fullmatch(r"[A-Za-z0-9_.\-]+==[A-Za-z0-9_.+\-]+", ln), f"requirements/{name}.txt: not an exact pin: {ln}"
+        pkg, version = ln.split("==")
+        pins[canonicalize_name(pkg)] = version
+    return pins
+
+
+def test_requirements_are_pinned_and_split_by_purpose():
+    top = [ln.strip() for ln in (REPO / "requirements.txt").read_text().splitlines()
+           if ln.strip() and not ln.startswith("#")]
+    assert top == [f"-r requirements/{name}.txt" for name in REQ_FILES], top
+    files = {name: _pins(name) for name in REQ_FILES}
+    for name, pins in files.items():
+        assert "torch" not in pins, \
+            f"requirements/{name}.txt: torch is installed first, on its own (pip install torch==2.13.0)"
+    seen: dict[str, str] = {}
+    for name, pins in files.items():
+        twice = sorted(set(pins) & set(seen))
+        assert not twice, f"requirements/{name}.txt repeats {twice}, pinned in {[seen[p] for p in twice]}"
+        seen.update(dict.fromkeys(pins, name))
+
+
+def _requires(dist_name: str, extras: tuple[str, ...]) -> list[tuple[str, tuple[str, ...]]]:
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    out = []
+    for line in metadata.distribution(dist_name).requires or []:
+        req = Requirement(line)
+        envs = [{"extra": e} for e in extras] or [{"extra": ""}]
+        if req.marker is None or any(req.marker.evaluate(env) for env in envs):
+            out.append((canonicalize_name(req.name), tuple(req.extras)))
+    return out
+
+
+@pytest.mark.parametrize("index", range(len(REQ_FILES)))
+def test_each_requirements_file_is_closed_under_its_dependencies(index):
+    """Whatever a package in requirements/X.txt depends on (installed metadata, markers evaluated)
+    is pinned in X.txt or an earlier file: runtime.txt alone installs a working runtime, and
+    runtime + book a working book build. torch is the one package installed on its own."""
+    allowed = {"torch"}.union(*(_pins(name) for name in REQ_FILES[: index + 1]))
+    own = _pins(REQ_FILES[index])
+    missing = {}
+    stack = [(pkg, ()) for pkg in own]
+    done = set()
+    while stack:
+        pkg, extras = stack.pop()
+        if (pkg, extras) in done:
+            continue
+        done.add((pkg, extras))
+        for dep, dep_extras in _requires(pkg, extras):
+            if dep not in allowed:
+                missing.setdefault(dep, pkg)
+            elif dep != "torch":
+                stack.append((dep, dep_extras))
+    assert not missing, (f"requirements/{REQ_FILES[index]}.txt: dependencies pinned in no file it may use "
+                         f"(dependency <- needed by): {missing}")
