@@ -65,6 +65,7 @@ def test_a_failing_cell_fails_the_build(tmp_path):
     book.mkdir()
     shutil.copy(REPO / "_config.yml", book)
     shutil.copy(REPO / "references.bib", book)
+    shutil.copytree(REPO / "_ext", book / "_ext")
     (book / "intro.md").write_text("# Intro\n")
     (book / "_toc.yml").write_text("format: jb-book\nroot: intro\nchapters:\n  - file: bad\n")
     nb = {"cells": [{"cell_type": "markdown", "metadata": {}, "source": "# Bad"},
@@ -76,3 +77,51 @@ def test_a_failing_cell_fails_the_build(tmp_path):
     result = _build(book, tmp_path / "out")
     assert result.returncode != 0, "a notebook cell raised but the build succeeded"
     assert "ZeroDivisionError" in result.stdout + result.stderr
+
+
+def _external_links(html_dir: Path) -> dict[str, str]:
+    """{external URL: first page linking it} over every page's href and src attributes."""
+    import re
+
+    links: dict[str, str] = {}
+    for page in sorted(html_dir.rglob("*.html")):
+        for url in re.findall(r'(?:href|src)="(https?://[^"]+)"', page.read_text()):
+            links.setdefault(url, str(page.relative_to(html_dir)))
+    return links
+
+
+def _cited_urls() -> set[str]:
+    """The URLs references.bib gives: url fields, DOIs and arXiv identifiers."""
+    import re
+
+    bib = (REPO / "references.bib").read_text()
+    urls = set(re.findall(r"^\s*url\s*=\s*\{([^}]+)\}", bib, re.M | re.I))
+    urls |= {f"https://doi.org/{d}" for d in re.findall(r"^\s*doi\s*=\s*\{([^}]+)\}", bib, re.M | re.I)}
+    for arxiv in re.findall(r"^\s*eprint\s*=\s*\{([^}]+)\}", bib, re.M | re.I):
+        urls |= {f"https://arxiv.org/abs/{arxiv}", f"https://arxiv.org/pdf/{arxiv}"}
+    return urls
+
+
+def repository_links(url: str) -> tuple[str, ...]:
+    """Prefixes of the links a book may have for repository `url`: the repository itself and
+    its notebooks opened in Colab and on Binder (GitHub; GitLab has the repository link only)."""
+    org_repo = url.rstrip("/").split("/", 3)[3]
+    return (url, f"https://colab.research.google.com/github/{org_repo}/",
+            f"https://mybinder.org/v2/gh/{org_repo}/")
+
+
+def test_external_links_are_ones_the_course_means(built):
+    """Every external link on a page is a cited work's, or the course repository's when one is
+    set (repository.url in _config.yml); with none set, no page links a repository, Binder or Colab."""
+    import yaml
+
+    url = (yaml.safe_load((REPO / "_config.yml").read_text())["repository"].get("url") or "").rstrip("/")
+    cited = _cited_urls()
+    unexpected = {}
+    for link, page in _external_links(built).items():
+        if link in cited:
+            continue
+        if url and link.startswith(repository_links(url)):
+            continue
+        unexpected[link] = page
+    assert not unexpected, f"external links the course does not mean to have (link: page): {unexpected}"
