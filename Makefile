@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: install book test serve bench mutants clean
+.PHONY: install book test serve bench mutants doctor clean
 
 VENDOR := _assets/vendor/NOTICE.txt
 
@@ -59,6 +59,11 @@ mutants: install
 	$(BIN)/python scripts/mutants.py -j $(JOBS) $(if $(MODULE),-k $(MODULE),)
 	$(BIN)/mutmut run --max-children $(JOBS) $(if $(MODULE),"transformer_lib.$(MODULE).*",)
 	$(BIN)/python scripts/mutmut_report.py $(MODULE)
+
+# Checks the environment without installing anything (the point is to see what is wrong).
+doctor:
+	@if [ -x $(BIN)/python ]; then $(BIN)/python -m transformer_lib doctor; \
+	else echo "FAIL  .venv              missing"; echo "      fix: make install"; exit 1; fi
 
 clean:
 	rm -rf _build .pytest_cache _assets/vendor mutants
