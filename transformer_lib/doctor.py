@@ -118,7 +118,9 @@ def check_library() -> Item:
         except Exception as err:  # noqa: BLE001 - any import failure is the finding
             return Item("FAIL", "transformer_lib", f"{name} does not import: {type(err).__name__}: {err}",
                         _pip("install --no-deps -e .") + " (from the repository root)")
-    return Item("ok", "transformer_lib", f"{len(names)} modules import, from {Path(transformer_lib.__file__).parent}")
+    where = Path(transformer_lib.__file__).parent
+    where = where.relative_to(Path.cwd()) if where.is_relative_to(Path.cwd()) else where
+    return Item("ok", "transformer_lib", f"{len(names)} modules import, from {where}/")
 
 
 def sha256(path: Path) -> str:
