@@ -163,3 +163,16 @@ def test_each_requirements_file_is_closed_under_its_dependencies(index):
                 stack.append((dep, dep_extras))
     assert not missing, (f"requirements/{REQ_FILES[index]}.txt: dependencies pinned in no file it may use "
                          f"(dependency <- needed by): {missing}")
+
+
+def test_glue_does_not_compile_grammars_on_import():
+    """`glue` imports nbformat, which imports jsonschema; since 4.25 jsonschema's format checker
+    imports rfc3987-syntax, which compiles 38 lark grammars (2.4 s in every chapter's kernel).
+    The pinned jsonschema predates it; this keeps a dependency update from bringing it back."""
+    import subprocess
+    import sys
+
+    code = "import sys; from myst_nb.ext.glue import glue; print(sorted({'lark', 'rfc3987_syntax'} & set(sys.modules)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", f"importing glue loads {done.stdout.strip()}"
