@@ -1,0 +1,452 @@
+"""The check cells of chapters 3, 4, 5, 7, 8 and 9 can fail: each case breaks the code a check
+guards (or the input it is given) and the check must raise.
+
+A chapter's code cells up to the last cell used here run once, in-process (plots go to Agg,
+IPython magics are dropped, figure cells and the training loops no case needs are skipped).
+A case then runs a sequence of cells in a copy of that namespace, each with some lines replaced:
+every cell but the last must run, the last is the check cell and must raise AssertionError on
+the line holding the given phrase. Cells are found by a phrase of their source, never by index.
+Chapters 1, 2 and 6 have the same test in test_chapter_checks.py and test_positional_chapter.py.
+
+Not covered here (their checks need a training run the budget of this file has no room for; the
+claims are tested over five seeds in test_causal_claims.py and test_residual_claims.py):
+chapter 7's character-level language model and chapter 4's sorter training loss.
+"""
+from __future__ import annotations
+
+import contextlib
+import functools
+import io
+import os
+import traceback
+
+import nbformat
+import pytest
+
+os.environ.setdefault("MPLBACKEND", "Agg")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from repo_paths import REPO  # noqa: E402
+
+CH3, CH4, CH5 = "03_the_transformer_block", "04_the_residual_stream", "05_multi_head_attention"
+CH7, CH8, CH9 = "07_causal_masking", "08_mixture_of_experts", "09_parameter_and_flop_counting"
+
+# For each chapter: the last cell the cases need, and cells not run (training no case needs).
+LAST = {CH3: "cfg = BertConfig()", CH4: "mask = y_test != -100", CH5: "head_choices = [1, 2, 4]",
+        CH7: "published = {3:", CH8: "factors = [0.5", CH9: "def minimal(q, k, v)"}
+SKIP = {CH4: (), CH7: ("steps=300, lr=6e-3",), CH3: (), CH5: (), CH8: (), CH9: ()}
+# Check cells with no case here (see the module's docstring).
+LEFT_OUT = {CH4: ("losses[-1] < 0.5 * losses[0]",), CH7: ("steps=300, lr=6e-3",)}
+
+
+def _is_figure(cell) -> bool:
+    """A cell that only draws or displays: hidden input, a figure or a table, no check."""
+    tags = set(cell.metadata.get("tags", []))
+    return (bool(tags & {"hide-input", "remove-input"}) and "assert" not in cell.source
+            and ("plt.show()" in cell.source or "display(" in cell.source))
+
+
+def _cells(stem: str) -> list:
+    nb = nbformat.read(REPO / "chapters" / f"{stem}.ipynb", as_version=4)
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+def _source(cell) -> str:
+    return "\n".join(line for line in cell.source.splitlines() if not line.startswith("%"))
+
+
+def _find(cells: list, phrase: str) -> int:
+    found = [i for i, c in enumerate(cells) if phrase in c.source]
+    assert len(found) == 1, f"{phrase!r} is in {len(found)} cells"
+    return found[0]
+
+
+def _run(source: str, namespace: dict, name: str = "<cell>") -> None:
+    with contextlib.redirect_stdout(io.StringIO()):
+        exec(compile(source, name, "exec"), namespace)
+
+
+@functools.cache
+def _chapter(stem: str) -> tuple[list, dict]:
+    """Run the chapter's cells up to LAST[stem] once; return its cells and namespace."""
+    import matplotlib.pyplot as plt
+    cells, namespace = _cells(stem), {"__name__": "__main__"}
+    skip = {_find(cells, phrase) for phrase in SKIP[stem]}
+    for i, cell in enumerate(cells[: _find(cells, LAST[stem]) + 1]):
+        if i not in skip and not _is_figure(cell):
+            _run(_source(cell), namespace)
+        plt.close("all")
+    return cells, namespace
+
+
+def _edited(cells: list, phrase: str, edits: list[tuple[str, str]]) -> str:
+    source = _source(cells[_find(cells, phrase)])
+    for old, new in edits:
+        assert source.count(old) == 1, f"{old!r} is not once in the cell {phrase!r}"
+        source = source.replace(old, new)
+    return source
+
+
+# name: (chapter, [(cell phrase, [(line, broken line), ...]), ...], phrase of the failing line).
+# The last cell of the list is the check cell; the ones before it define what it uses.
+BROKEN = {
+    # --- Chapter 3: the transformer block
+    "3 hull: the 1/√d scale dropped": (
+        CH3, [("def distance_to_affine_hull", [("softmax(Q_h @ K_h.T / math.sqrt(d_h))",
+                                                "softmax(Q_h @ K_h.T)")])],
+        "torch.testing.assert_close(A_h @ V_h, Z_h"),
+    "3 hull: the linear span instead of the affine hull": (
+        CH3, [("def distance_to_affine_hull", [("(rows[1:] - rows[0]).T", "rows[1:].T")])],
+        "assert dist_attn < 1e-10"),
+    "3 MLP: the output bias dropped": (
+        CH3, [("def mlp_scratch", [("return H @ W2 + b2", "return H @ W2")])],
+        "torch.testing.assert_close(ours, lib(Y_m)"),
+    "3 MLP: ReLU and GELU swapped": (
+        CH3, [("def mlp_scratch", [('torch.relu(H) if activation == "relu" else F.gelu(H)',
+                                    'F.gelu(H) if activation == "relu" else torch.relu(H)')])],
+        "torch.testing.assert_close(ours, lib(Y_m)"),
+    "3 collapse: A* multiplied in the wrong order": (
+        CH3, [("n_c, d_c = 5, 4", [("A_star, W_V_star = A2 @ A1,", "A_star, W_V_star = A1 @ A2,")])],
+        "assert collapse_err < 1e-6"),
+    "3 collapse: W_V* multiplied in the wrong order": (
+        CH3, [("n_c, d_c = 5, 4", [("W_V1 @ W_V2\n", "W_V2 @ W_V1\n")])], "assert collapse_err < 1e-6"),
+    "3 collapse: the MLP left out between the layers": (
+        CH3, [("n_c, d_c = 5, 4", [("mlp_c(value_layer(A1, W_V1, Y))", "value_layer(A1, W_V1, Y)")])],
+        "assert mlp_gap > 0.1"),
+    "3 LayerNorm: the unbiased variance": (
+        CH3, [("def layer_norm_scratch", [("((h - mu) ** 2).mean(dim=-1, keepdim=True)",
+                                           "((h - mu) ** 2).sum(dim=-1, keepdim=True) / (h.shape[-1] - 1)")])],
+        "torch.testing.assert_close(ln_h, torch.tensor("),
+    "3 LayerNorm: ε outside the root": (
+        CH3, [("def layer_norm_scratch", [("torch.sqrt(var + eps)", "(torch.sqrt(var) + eps)")])],
+        "torch.testing.assert_close(ln_h, ref"),
+    "3 LayerNorm batched: statistics over the first axis": (
+        CH3, [("def layer_norm_scratch", [("h.mean(dim=-1, keepdim=True)", "h.mean(dim=0, keepdim=True)"),
+                                          (".mean(dim=-1, keepdim=True)      # biased",
+                                           ".mean(dim=0, keepdim=True)      # biased")]),
+              ("torch_ln = nn.LayerNorm(16", [])],
+        "torch.testing.assert_close(ours, torch_ln(H)"),
+    "3 LayerNorm batched: γ, β copied into torch's norm only": (
+        CH3, [("torch_ln = nn.LayerNorm(16", [("for m in (torch_ln, lib_ln):", "for m in (torch_ln,):")])],
+        "torch.testing.assert_close(lib_ln(H), torch_ln(H)"),
+    "3 LayerNorm errors: the 'unbiased' variant is biased": (
+        CH3, [("def ln_unbiased", [("x.var(-1, unbiased=True,", "x.var(-1, unbiased=False,")])],
+        "assert abs(unbiased_err"),
+    "3 LayerNorm errors: ε inside the root in the 'outside' variant": (
+        CH3, [("def ln_unbiased", [("(x.std(-1, unbiased=False, keepdim=True) + eps)",
+                                    "torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps)")])],
+        "assert eps_err_big < 1e-4 < 0.1 < eps_err_small"),
+    "3 batch norm: running statistics (eval mode)": (
+        CH3, [("bn = nn.BatchNorm1d(16", [(".double().train()", ".double().eval()")])],
+        "torch.testing.assert_close(batch_norm(batch1)"),
+    "3 block: heads scaled by √d, not √d_k": (
+        CH3, [("def block_scratch", [("/ math.sqrt(d // h)", "/ math.sqrt(d)")]),
+              ("d_b, heads_b, dff_b = 16, 4, 64", [])],
+        "torch.testing.assert_close(ours, ref, atol=1e-10"),
+    "3 block: post-norm with the norm inside the branch": (
+        CH3, [("def block_scratch", [("x = ln1(x + attn(x))", "x = x + ln1(attn(x))")]),
+              ("d_b, heads_b, dff_b = 16, 4, 64", [])],
+        "torch.testing.assert_close(ours, ref, atol=1e-10"),
+    "3 block: the causal mask transposed": (
+        CH3, [("def block_scratch", [("dtype=torch.bool).tril()", "dtype=torch.bool).triu()")]),
+              ("d_b, heads_b, dff_b = 16, 4, 64", [])],
+        "torch.testing.assert_close(ours, ref_c"),
+    "3 block: torch given the allowed positions as its mask": (
+        CH3, [("d_b, heads_b, dff_b = 16, 4, 64", [("src_mask=causal_forbidden", "src_mask=~causal_forbidden")])],
+        "torch.testing.assert_close(ours, ref_c"),
+    "3 shapes: the expand hook on the projection": (
+        CH3, [("b_t, n_t, d_t, dff_t", [('"MLP expand": trace_block.mlp.fc1', '"MLP expand": trace_block.mlp.fc2')])],
+        'assert trace["MLP expand"]'),
+    "3 parameters: W_O forgotten in the formula": (
+        CH3, [("cfg = BertConfig()", [('"attention weights (4d²)": 4 * d_ * d_',
+                                       '"attention weights (4d²)": 3 * d_ * d_')])],
+        "assert formula == ours_counts == bert_counts"),
+    "3 parameters: the MLP's output bias forgotten": (
+        CH3, [("cfg = BertConfig()", [("2 * d_ * dff_ + dff_ + d_,", "2 * d_ * dff_ + dff_,")])],
+        "assert formula == ours_counts == bert_counts"),
+
+    # --- Chapter 4: the residual stream
+    "4 block: attention reads the stream without its norm": (
+        CH4, [("def residual_block", [("a = block.attn(block.norm1(x))", "a = block.attn(x)")])],
+        "torch.testing.assert_close(lib_out, out"),
+    "4 block: the MLP reads x, not x1": (
+        CH4, [("def residual_block", [("block.mlp(block.norm2(x1))", "block.mlp(block.norm2(x))")])],
+        "torch.testing.assert_close(lib_out, out"),
+    "4 GPT stream: positions left out": (
+        CH4, [("gpt = GPT(cfg).double().eval()", [("gpt.tok_emb(idx) + gpt.pos_emb.weight[:10]",
+                                                    "gpt.tok_emb(idx)")])],
+        "torch.testing.assert_close(lib, ours"),
+    "4 GPT stream: logits without the final norm": (
+        CH4, [("gpt = GPT(cfg).double().eval()", [("gpt.lm_head(gpt.norm_f(h))", "gpt.lm_head(h)")])],
+        "torch.testing.assert_close(logits, gpt.lm_head"),
+    "4 expansion: later layers on the right": (
+        CH4, [("from itertools import combinations", [("term = Js[l] @ term", "term = term @ Js[l]")])],
+        "torch.testing.assert_close(expansion, product"),
+    "4 zero writes: only the attention's write zeroed": (
+        CH4, [("lazy = TransformerBlock(16, 4)", [("(lazy.attn.out_proj, lazy.mlp.fc2)", "(lazy.attn.out_proj,)")])],
+        "assert torch.equal(lazy(x), x)"),
+    "4 gradient highway: the gradient not divided by ‖g‖": (
+        CH4, [("def gradient_profile", [("float(gr.norm() / g.norm())", "float(gr.norm())")])],
+        "assert math.isclose(profiles[residual][8][0]"),
+    "4 gradient highway: residuals left on in the plain stack": (
+        CH4, [("def gradient_profile", [("n_heads=4), residual=residual)", "n_heads=4), residual=True)")])],
+        "assert np.all(np.diff(at_input[False]) < 0)"),
+    "4 erratum: the small part not kept off u": (
+        CH4, [("P = I8 - torch.outer(u, u)", [("P = I8 - torch.outer(u, u)", "P = I8")])],
+        "assert abs(along_u / 0.1**10 - 1) < 1e-6"),
+    "4 pre/post-norm: both stacks pre-norm": (
+        CH4, [("per_block = {True: [], False: []}", [("n_heads=4, norm_first=norm_first)",
+                                                      "n_heads=4, norm_first=True)")])],
+        "assert max(spread[True]) < 1.3 and min(spread[False]) > 5"),
+    "4 decomposition: the embedding left out": (
+        CH4, [("sorter64 = GPT(sorter.config)", [("total = st.states[0] + sum(st.writes)",
+                                                  "total = sum(st.writes)")])],
+        "torch.testing.assert_close(total, st.states[-1]"),
+    "4 logit lens: read without the final norm": (
+        CH4, [("mask = y_test != -100", [("(logit_lens(sorter64, s).argmax(-1)[mask]",
+                                          "(sorter64.lm_head(s).argmax(-1)[mask]")])],
+        "assert lens_acc[-1] == model_acc"),
+
+    # --- Chapter 5: multi-head attention
+    "5 split: reshaped without the transpose": (
+        CH5, [("def split(x, h)", [("x.reshape(*lead, n, h, d // h).transpose(-3, -2)",
+                                    "x.reshape(*lead, h, n, d // h)")]),
+              ("x = torch.arange(12).reshape(3, 4)", [])],
+        "assert torch.equal(good[i], x[:, 2 * i:2 * i + 2])"),
+    "5 merge: reshaped without the transpose": (
+        CH5, [("def split(x, h)", [("x.transpose(-3, -2).reshape(*lead, n, h * d_k)",
+                                    "x.reshape(*lead, n, h * d_k)")]),
+              ("x = torch.arange(12).reshape(3, 4)", [])],
+        "assert torch.equal(merge(good), x)"),
+    "5 heads: overlapping column slices in the loop": (
+        CH5, [("def split(x, h)", [("slice(i * d_k, (i + 1) * d_k)", "slice(i, i + d_k)")]),
+              ("d, h, n = 12, 3, 5", [])],
+        "torch.testing.assert_close(out_batched, out_loop"),
+    "5 heads: scaled by √n, not √d_k": (
+        CH5, [("def split(x, h)", [("math.sqrt(q.shape[-1])", "math.sqrt(q.shape[-2])")]),
+              ("d, h, n = 12, 3, 5", [])],
+        "torch.testing.assert_close(out_lib, out_loop"),
+    "5 running example: heads by reshape, no transpose": (
+        CH5, [("ex = running_example()", [("(split_heads(M, n_heads) for M in (Q, K, V))",
+                                           "(M.reshape(n_heads, 4, 2) for M in (Q, K, V))")])],
+        "assert np.array_equal(S_heads[i].numpy(), Qn[:, cols]"),
+    "5 running example: Q and K swapped": (
+        CH5, [("Z_heads, A_heads = scaled_dot_product_attention(q, k, v)",
+               [("A_heads = scaled_dot_product_attention(q, k, v)",
+                 "A_heads = scaled_dot_product_attention(k, q, v)")])],
+        "np.testing.assert_allclose(A_heads[i], A_np"),
+    "5 four questions: √d_k not undone": (
+        CH5, [("def hand_set", [("score * math.sqrt(d_k)", "score")])],
+        "torch.testing.assert_close(four[t], torch.softmax(s, 0)"),
+    "5 random heads: the best largest target weight": (
+        CH5, [("n_try = 10_000", [("w_rand.min(dim=1)", "w_rand.max(dim=1)")])],
+        "assert best <= 0.25 + 1e-12"),
+    "5 vs torch: the mask inverted in attend": (
+        CH5, [("def split(x, h)", [("s.masked_fill(~mask,", "s.masked_fill(mask,")]),
+              ("ref = nn.MultiheadAttention(d, h, bias=False", [])],
+        "torch.testing.assert_close(got, out_ref"),
+    "5 vs torch: torch given the allowed positions as its mask": (
+        CH5, [("ref = nn.MultiheadAttention(d, h, bias=False", [("else ~mask", "else mask")])],
+        "torch.testing.assert_close(got, out_ref"),
+    "5 parameters: every head full width": (
+        CH5, [("d_pc = 12", [("hh * 3 * d_pc * (d_pc // hh)", "hh * 3 * d_pc * d_pc")])],
+        "assert formula == 4 * d_pc**2"),
+    "5 parameters: three bias vectors, not four": (
+        CH5, [("d_pc = 12", [("(4 * d_pc if bias else 0)", "(3 * d_pc if bias else 0)")])],
+        "assert ours_n == torch_n == expected"),
+    "5 FLOPs: a multiply-add counted once": (
+        CH5, [("n_fl = 16", [("8 * n_fl * d_pc**2 + 4 * n_fl**2 * d_pc", "4 * n_fl * d_pc**2 + 2 * n_fl**2 * d_pc")])],
+        "assert one_wide == closed_form"),
+    "5 per-head writes: W_O sliced by columns": (
+        CH5, [("E = randn(n, d, seed=9)", [("writes.append(head_i @ W_o[rows])",
+                                            "writes.append(head_i @ W_o[:, rows].T)")])],
+        "torch.testing.assert_close(concat, sum(writes)"),
+    "5 GQA: the layer not causal": (
+        CH5, [("d_g, h_g, n_g = 16, 8, 6", [("n_kv_heads=gg,\n                             causal=True)",
+                                             "n_kv_heads=gg,\n                             causal=False)")])],
+        "torch.testing.assert_close(out_g, ref_out"),
+    "5 LLaMA cache: bytes without the 2 bytes a number": (
+        CH5, [('cfg = PRESETS["llama3-70b"]', [("bytes_tok = 2 * kv_cache_size(cfg, 1)",
+                                                "bytes_tok = kv_cache_size(cfg, 1)")])],
+        "assert bytes_tok == 2 * 2 * L_l * g_l * dk_l"),
+    "5 h heads: weights transposed": (
+        CH5, [("head_choices = [1, 2, 4]", [("(qs, ks, vs)[1].numpy()", "(qs, ks, vs)[1].transpose(-1, -2).numpy()")])],
+        "np.testing.assert_allclose(w.sum(-1), 1.0"),
+
+    # --- Chapter 7: causal masking
+    "7 mask: the diagonal masked too": (
+        CH7, [("def my_causal_mask", [("return j <= i", "return j < i")])],
+        "assert np.array_equal(causal_mask(n).numpy(), my_causal_mask(n))"),
+    "7 mask: the future allowed, the past masked": (
+        CH7, [("def my_causal_mask", [("return j <= i", "return j >= i")])],
+        "assert np.array_equal(causal_mask(n).numpy(), my_causal_mask(n))"),
+    "7 mask after softmax: renormalised along the wrong axis": (
+        CH7, [("A_after = A_full * my_causal_mask(n)", [("row_sums[:, None]", "row_sums[None, :]")])],
+        "np.testing.assert_allclose(renorm, A_mine"),
+    "7 fully masked row: the mask inverted": (
+        CH7, [("big = torch.tensor(-1e9)", [("vv, mask=none)", "vv, mask=~none)")])],
+        "assert torch.equal(w, torch.zeros(1, 3))"),
+    "7 leakage: token t itself changed": (
+        CH7, [("def leaks(model", [("y[:, t + 1:] = torch.randint(0, vocab, (2, n - t - 1)",
+                                    "y[:, t:] = torch.randint(0, vocab, (2, n - t)")])],
+        "assert leaks(GPT(cfg).eval()) == [], scheme"),
+    "7 plain-torch GPT: the mask after the softmax": (
+        CH7, [("def my_gpt(m, idx)", [('.masked_fill(future, float("-inf"))', ""),
+                                       ("(s.softmax(-1) @ v)", "(s.softmax(-1).masked_fill(future, 0.0) @ v)")])],
+        "torch.testing.assert_close(my_gpt(tiny, x), tiny(x)"),
+    "7 plain-torch GPT: the future visible": (
+        CH7, [("def my_gpt(m, idx)", [("future = ~torch.ones(n, n, dtype=torch.bool).tril()",
+                                       "future = ~torch.ones(n, n, dtype=torch.bool)")])],
+        "torch.testing.assert_close(my_gpt(tiny, x), tiny(x)"),
+    "7 loss by hand: log-softmax over the positions": (
+        CH7, [("inputs, targets = x[:, :-1], x[:, 1:]", [("torch.logsumexp(logits, dim=-1,",
+                                                          "torch.logsumexp(logits, dim=1,")])],
+        "torch.testing.assert_close(by_hand, ref"),
+    "7 baselines: unigram loss averaged over the vocabulary": (
+        CH7, [("def unigram_bigram", [("-(uni / uni.sum())[va].log().mean()", "-(uni / uni.sum()).log().mean()")])],
+        "assert bigram_val < unigram_val < math.log(Vc)"),
+    "7 induction: the previous occurrence, not the token after it": (
+        CH7, [("xi, yi = induction_task(512", [("maps[1][rows, :, q_pos, k_pos]",
+                                                "maps[1][rows, :, q_pos, k_pos - 1]")])],
+        "assert ind_worst > 0.5"),
+    "7 KV cache: K or V only": (
+        CH7, [("gen_gpt = GPT(ModelConfig(vocab_size=50", [("kv_bytes = 2 * c.n_layers", "kv_bytes = c.n_layers")])],
+        "assert stored == 10 * kv_bytes"),
+    "7 MLM: 20% random tokens, none kept": (
+        CH7, [("def mlm_corrupt", [("rnd = chosen & (u >= 0.8) & (u < 0.9)", "rnd = chosen & (u >= 0.8)")])],
+        "assert abs(kept - (0.1 + 0.1 / vocab_m))"),
+    "7 cross-attention: attends to itself": (
+        CH7, [("xattn = MultiHeadAttention(16, 2)", [("xattn(dec, context=enc, return_weights=True)",
+                                                      "xattn(dec, return_weights=True)")])],
+        "torch.testing.assert_close(w, torch.softmax"),
+    "7 fox and dog: no causal mask": (
+        CH7, [("published = {3:", [("mask=causal_mask(nw), bias=S_fox", "bias=S_fox")])],
+        "assert torch.all(A_fox.triu(1) == 0)"),
+
+    # --- Chapter 8: mixture of experts
+    "8 router: softmax over the tokens": (
+        CH8, [("def my_router", [("torch.softmax(x @ W_g, dim=-1)", "torch.softmax(x @ W_g, dim=0)")])],
+        "assert torch.equal(idx_mine, idx_lib)"),
+    "8 router: the top-k weights not renormalised": (
+        CH8, [("def my_router", [("return top / top.sum(dim=-1, keepdim=True), indices, probs",
+                                  "return top, indices, probs")])],
+        "torch.testing.assert_close(w_lib, w_mine"),
+    "8 batched dispatch: every choice weighted as the first": (
+        CH8, [("def my_moe_batched", [("weights[token, slot, None]", "weights[token, 0, None]")])],
+        "torch.testing.assert_close(my_moe_batched(flat, wg, lay.experts, k), loop"),
+    "8 K = E: a router that is not uniform": (
+        CH8, [("uni = MoELayer(d, d_ff, n_experts=5, top_k=5)", [("uni.router.gate.weight.zero_()", "pass")])],
+        "torch.testing.assert_close(uni(xu)[0], mean_of_experts"),
+    "8 Mixtral: gate and up projections swapped": (
+        CH8, [("mix_cfg = transformers.MixtralConfig", [("gate_up_proj[e, :24])", "gate_up_proj[e, 24:])"),
+                                                        ("ex.fc3.weight.copy_(hf_block.experts.gate_up_proj[e, 24:])",
+                                                         "ex.fc3.weight.copy_(hf_block.experts.gate_up_proj[e, :24])")])],
+        "torch.testing.assert_close(y_ours, y_hf"),
+    "8 balancing loss: one expert never chosen": (
+        CH8, [("E4, T = 4, 400", [("balanced = torch.arange(T) % E4", "balanced = torch.arange(T) % (E4 - 1)")])],
+        "assert abs(float(lb_bal) - 1) < 1e-12 and abs(float(lb_bal_any) - 1)"),
+    "8 parameters: every layer built with K = 1": (
+        CH8, [("d_c, dff_c = 64, 256", [("n_experts=E_c, top_k=K_c)", "n_experts=E_c, top_k=1)")])],
+        'assert counts["total"] == total and counts["active"]'),
+    "8 FLOPs: a multiply-add counted once": (
+        CH8, [("def measured_flops_per_token", [("per_expert_flops = 2 * 2 * d_c * dff_c",
+                                                 "per_expert_flops = 2 * d_c * dff_c")])],
+        "assert fl == k * per_expert_flops + 2 * d_c * e"),
+    "8 Mixtral count: d_ff assumed 4d": (
+        CH8, [('mixtral = PRESETS["mixtral-8x7b"]', [("intermediate_size=mixtral.d_ff",
+                                                      "intermediate_size=4 * mixtral.d_model")])],
+        "assert total == hf_total == count_params(our_mixtral)"),
+    "8 MoE GPT: the hook on the first block": (
+        CH8, [("cfg_moe = ModelConfig", [("moe_gpt.blocks[1].mlp.register_forward_hook",
+                                          "moe_gpt.blocks[0].mlp.register_forward_hook")])],
+        'torch.testing.assert_close(seen["y"]'),
+    "8 router training: the balancing loss never added": (
+        CH8, [("REGIMES, D_IN, E_R, K_R", [('loss = F.mse_loss(out, yr) + alpha * aux["load_balancing_loss"]',
+                                            "loss = F.mse_loss(out, yr)")])],
+        'assert wi["share"].min() > 0.12'),
+    "8 capacity: the capacity factor never set": (
+        CH8, [("factors = [0.5", [("        lay.capacity_factor = c\n", "")])],
+        "assert cap == math.ceil(c * len(xr) * K_R / E_R)"),
+
+    # --- Chapter 9: parameter and FLOP counting
+    "9 GPT-2 formula: the final norm forgotten": (
+        CH9, [("def gpt2_params", [("n_ctx * d + 2 * d", "n_ctx * d")])], "assert ours == param_count(gpt2)"),
+    "9 GPT-2 formula: the MLP biases as 4d": (
+        CH9, [("def gpt2_params", [("8 * d * d + 5 * d", "8 * d * d + 4 * d")])], "assert ours == param_count(gpt2)"),
+    "9 transformers: LLaMA built without GQA": (
+        CH9, [("def hf_gpt2(c)", [("        num_key_value_heads=c.n_kv_heads, ", "        ")])],
+        "assert formula == reference and built in"),
+    "9 GPT-3 matrices: one Q, K, V matrix per layer, not per head": (
+        CH9, [("stated = {", [("(L * heads * 3, d, d_head)", "(L * 3, d, d_head)")])],
+        "assert (n_matrices, matrix_total) =="),
+    "9 published counts: vocabulary gain against the wrong model": (
+        CH9, [("bert_large_heads = count_params", [('counts["LLaMA-3 70B"] - counts["LLaMA-2 70B"]',
+                                                    'counts["LLaMA-3 70B"] - counts["LLaMA-2 7B"]')])],
+        "assert vocab_gain == 2 * (128_256 - 32_000) * 8192"),
+    "9 shares: the pooler left out": (
+        CH9, [('groups = ["embedding"', [('"unembedding", "other"]', '"unembedding"]')])],
+        "assert np.allclose(frac.sum(axis=1), 1.0)"),
+    "9 FLOPs by counter: every variant run with the first config": (
+        CH9, [("small = ModelConfig(vocab_size=97", [("model = GPT(c).eval()", "model = GPT(small).eval()")])],
+        "assert flops_per_token(c, n) * n == counter.get_total_flops()"),
+    "9 training FLOPs: the forward pass only": (
+        CH9, [("D_tokens = 300e9", [("train = 6 * N3 * D_tokens", "train = 2 * N3 * D_tokens")])],
+        "assert abs(train / published - 1) < 0.005"),
+    "9 crossover: QKᵀ counted, AV forgotten": (
+        CH9, [("def crossover(c)", [("weights / (4 * c.d_model)", "weights / (2 * c.d_model)")])],
+        'assert parts["attention_scores"] == parts["attention_proj"] + parts["mlp"]'),
+    "9 attention per token: not divided by n": (
+        CH9, [("ns = np.unique(np.logspace", [("[key] / c.n_layers / n", "[key] / c.n_layers")])],
+        "assert np.allclose(attn[1:] / attn[:-1], ns[1:] / ns[:-1])"),
+    "9 KV cache: K counted, V forgotten": (
+        CH9, [("tiny = ModelConfig(vocab_size=50, n_ctx=64", [('layer["k"].numel() + layer["v"].numel()',
+                                                              'layer["k"].numel()')])],
+        "assert stored == kv_cache_size(tiny, 20)"),
+    "9 KV cache: bytes without the 2 bytes a number": (
+        CH9, [("tiny = ModelConfig(vocab_size=50, n_ctx=64", [("per_token = kv_cache_size(l3, 1) * 2",
+                                                               "per_token = kv_cache_size(l3, 1)")])],
+        "assert per_token == 327_680"),
+    "9 online softmax: the running output not rescaled": (
+        CH9, [("def online_attention", [("a = torch.exp(m - m_new) * a + p @ v", "a = a + p @ v")])],
+        "torch.testing.assert_close(online_attention(q, k, v, block=32), explicit"),
+    "9 online softmax: the running sum not rescaled": (
+        CH9, [("def online_attention", [("ell = torch.exp(m - m_new) * ell + p.sum", "ell = ell + p.sum")])],
+        "torch.testing.assert_close(online_attention(q, k, v, block=32), explicit"),
+    "9 tiled: the causal flag not passed on": (
+        CH9, [("for dtype, tol in [(torch.float32", [("tiled_attention(q, k, v, causal=causal,",
+                                                      "tiled_attention(q, k, v, causal=False,")])],
+        "torch.testing.assert_close(got, reference"),
+    "9 memory wall: a key block as long as the sequence": (
+        CH9, [("wall_ns = [256", [("block_q=256, block_k=256)", "block_q=256, block_k=4096)")])],
+        "assert np.all(tiled_peak[1:] == tiled_peak[1])"),
+    "9 speed: the library given K and V swapped": (
+        CH9, [("def minimal(q, k, v)", [('"library": lambda: scaled_dot_product_attention(q, k, v)',
+                                         '"library": lambda: scaled_dot_product_attention(q, v, k)'),
+                                        ("for _ in range(7):", "for _ in range(1):")])],
+        'torch.testing.assert_close(runs["library"]()[0], runs["fused"]()'),
+}
+
+
+@pytest.mark.parametrize("name", list(BROKEN))
+def test_check_fails_when_broken(name):
+    stem, steps, failing = BROKEN[name]
+    cells, namespace = _chapter(stem)
+    namespace = dict(namespace)
+    *before, (check, edits) = steps
+    for phrase, cell_edits in before:
+        _run(_edited(cells, phrase, cell_edits), namespace)
+    source = _edited(cells, check, edits)
+    with pytest.raises(AssertionError) as info:
+        _run(source, namespace, "<check>")
+    line = [tb for tb in traceback.extract_tb(info.tb) if tb.filename == "<check>"][-1].lineno
+    assert failing in source.splitlines()[line - 1], source.splitlines()[line - 1]
+
+
+@pytest.mark.parametrize("stem", sorted(LAST))
+def test_every_check_cell_has_a_case(stem):
+    cells = _cells(stem)
+    covered = [_find(cells, steps[-1][0]) for s, steps, _ in BROKEN.values() if s == stem]
+    covered += [_find(cells, phrase) for phrase in LEFT_OUT.get(stem, ())]
+    missing = [cells[i].source.splitlines()[0] for i, c in enumerate(cells)
+               if "assert" in c.source and i not in covered]
+    assert not missing, f"check cells of {stem} without a broken case: {missing}"
