@@ -206,6 +206,9 @@ BROKEN = {
         CH4, [("mask = y_test != -100", [("(logit_lens(sorter64, s).argmax(-1)[mask]",
                                           "(sorter64.lm_head(s).argmax(-1)[mask]")])],
         "assert lens_acc[-1] == model_acc"),
+    "4 logit lens: every position scored, not the answers": (
+        CH4, [("mask = y_test != -100", [("mask = y_test != -100", "mask = torch.ones_like(y_test, dtype=torch.bool)")])],
+        "assert (mask.sum(1) == n_sort).all()"),
 
     # --- Chapter 5: multi-head attention
     "5 split: reshaped without the transpose": (
@@ -241,6 +244,9 @@ BROKEN = {
     "5 random heads: the best largest target weight": (
         CH5, [("n_try = 10_000", [("w_rand.min(dim=1)", "w_rand.max(dim=1)")])],
         "assert best <= 0.25 + 1e-12"),
+    "5 random heads: softmax over the trials": (
+        CH5, [("n_try = 10_000", [("torch.softmax(s_rand, dim=-1)", "torch.softmax(s_rand, dim=0)")])],
+        "torch.testing.assert_close(w_rand[0], A_0[targets]"),
     "5 vs torch: the mask inverted in attend": (
         CH5, [("def split(x, h)", [("s.masked_fill(~mask,", "s.masked_fill(mask,")]),
               ("ref = nn.MultiheadAttention(d, h, bias=False", [])],
@@ -305,6 +311,9 @@ BROKEN = {
     "7 baselines: unigram loss averaged over the vocabulary": (
         CH7, [("def unigram_bigram", [("-(uni / uni.sum())[va].log().mean()", "-(uni / uni.sum()).log().mean()")])],
         "assert bigram_val < unigram_val < math.log(Vc)"),
+    "7 baselines: bigram normalised over the previous character": (
+        CH7, [("def unigram_bigram", [("(C + alpha).sum(1, keepdim=True)", "(C + alpha).sum(0, keepdim=True)")])],
+        "assert torch.allclose(P.sum(1)"),
     "7 induction: the previous occurrence, not the token after it": (
         CH7, [("xi, yi = induction_task(512", [("maps[1][rows, :, q_pos, k_pos]",
                                                 "maps[1][rows, :, q_pos, k_pos - 1]")])],
