@@ -206,6 +206,9 @@ def presubmit(path: Path | str, source: Path | str | None = None, cell_timeout: 
     report = PresubmitReport(path, seconds=run.seconds, cell_timeout=cell_timeout, timeout=timeout)
     events = {e["grade_id"]: e for e in run.cells if e["grade_id"]}
     stop = _stop_reason(run, timeout)
+    if run.dead_at is not None and not run.killed:  # name the cell as the saved notebook numbers it
+        where = origin[run.dead_at] if 0 <= run.dead_at < len(origin) else None
+        stop = "the kernel died" + (f" while running cell {where + 1}" if where is not None else "")
     for _, cell in check_cells(instructor):
         gid, points = grade_id(cell), float(cell.metadata["nbgrader"]["points"])
         event = events.get(gid)

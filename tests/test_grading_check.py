@@ -1,0 +1,133 @@
+"""The pre-submit check: a notebook that only works when run out of order is reported as such,
+a correct one passes without warnings, and the time limits are the grader's."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import nbformat
+import pytest
+
+from repo_paths import REPO
+from submissions.helpers import as_handed_in
+from transformer_lib.grading import check as check_module
+from transformer_lib.grading.__main__ import main
+from transformer_lib.grading.check import LIMITS, format_report, presubmit
+from transformer_lib.grading.notebook import dumps, grade_id, is_check, read
+from transformer_lib.grading.runner import RunResult
+
+STEM = "02_building_up_attention"
+SOURCE = REPO / "exercises" / "source" / f"{STEM}.ipynb"
+
+
+def _handed_in():
+    return as_handed_in(read(SOURCE))  # the student version with every solution filled in
+
+
+def out_of_order():
+    """Solved, but saved after running out of order: ``stable_softmax`` is defined in the last cell,
+    which ran before its check; a scratch cell raised and was left in."""
+    nb = _handed_in()
+    cells = nb.cells
+    moved = cells.pop(next(i for i, c in enumerate(cells) if grade_id(c) == "stable_softmax"))
+    cells.append(moved)
+    scratch = nbformat.v4.new_code_cell("scratch = torch.ones(2, 3) @ torch.ones(2, 3)  # trying out shapes")
+    scratch.outputs = [nbformat.v4.new_output("error", ename="RuntimeError", evalue="shapes", traceback=[])]
+    cells.insert(2, scratch)
+    count = 0
+    for cell in cells:
+        if cell.cell_type != "code" or cell is moved:
+            continue
+        if grade_id(cell) == "check_stable_softmax":  # the definition ran just before its check
+            count += 1
+            moved.execution_count = count
+        count += 1
+        cell.execution_count = count
+        if is_check(cell):
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout", text="✓ passed\n")]
+    return nb
+
+
+def _command(path, *args) -> list[str]:
+    return [sys.executable, "-m", "transformer_lib.grading", "check", str(path), *map(str, args)]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """The check command on three notebooks, run side by side: out of order, correct, too slow."""
+    folder = tmp_path_factory.mktemp("check")
+    slow = _handed_in()
+    slow.cells.insert(2, nbformat.v4.new_code_cell("import time\ntime.sleep(600)"))
+    notebooks = {"out_of_order": (out_of_order(), ()), "correct": (_handed_in(), ()),
+                 "slow": (slow, ("--timeout", "5"))}
+    procs = {}
+    for name, (nb, args) in notebooks.items():
+        path = folder / f"{STEM}.ipynb" if name == "correct" else folder / f"{name}.ipynb"
+        path.write_text(dumps(nb), encoding="utf-8")
+        procs[name] = subprocess.Popen(_command(path, "--source", SOURCE, *args), cwd=REPO, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, text=True)
+    out = {}
+    for name, proc in procs.items():
+        stdout, stderr = proc.communicate(timeout=600)
+        out[name] = (proc.returncode, stdout, stderr)
+    return out
+
+
+def test_a_notebook_that_only_works_out_of_order_is_reported(runs):
+    code, out, err = runs["out_of_order"]
+    assert code == 1, err[-2000:]
+    assert "✗ check_stable_softmax (2 points): your code raised NameError while the check ran" in out
+    assert "NameError: name 'stable_softmax' is not defined" in out
+    assert "✓ check_attention (2 points): passed" in out and "8 of 9 visible checks pass (10 of 12 points" in out
+    assert "your saved notebook was not run top to bottom: cell 22 ran as In [9], before cell 21" in out
+    assert ("cell 12 (check cell check_stable_softmax) raised NameError: name 'stable_softmax' is not defined; "
+            "'stable_softmax' is defined only further down, in cell 22") in out
+    assert "In your saved notebook this cell ran without error (In [10])" in out
+
+
+def test_a_cell_that_raised_before_the_checks_is_reported(runs):
+    _, out, _ = runs["out_of_order"]
+    assert 'cell 3 ("scratch = torch.ones(2, 3) @ torch.ones…") raised RuntimeError: mat1 and mat2' in out
+    assert "whatever the cell should define is missing" in out
+
+
+def test_a_correct_notebook_passes_without_warnings(runs):
+    code, out, err = runs["correct"]
+    assert code == 0, out + err[-2000:]
+    assert "9 of 9 visible checks pass (12 of 12 points" in out and "No warnings" in out
+    assert "at most 30 s per cell and 300 s in all" in out
+
+
+def test_a_notebook_over_the_time_limit_is_reported(runs):
+    code, out, _ = runs["slow"]
+    assert code == 1
+    assert "✗ check_hand_qkv (1 point): not run: the notebook ran longer than 5 s and was stopped" in out
+    assert "! the notebook ran longer than 5 s and was stopped; the checks after it were not run" in out
+
+
+def test_the_limits_are_the_graders(capsys):
+    assert LIMITS == {"cell_timeout": 30.0, "timeout": 300.0}
+    with pytest.raises(SystemExit):
+        main(["check", "--help"])
+    assert "as the grader's default" in capsys.readouterr().out
+
+
+def test_a_cell_over_its_time_limit_and_edited_checks_are_reported(tmp_path, monkeypatch):
+    nb = _handed_in()
+    check = next(c for c in nb.cells if grade_id(c) == "check_hand_qkv")
+    check.source += "\nprint('edited')"
+    path = tmp_path / "nb.ipynb"
+    path.write_text(dumps(nb), encoding="utf-8")
+
+    def fake_run(prepared, cell_timeout, timeout, **kwargs):  # the third cell is interrupted, the kernel dies after
+        run = RunResult(token="t", dead_at=4)
+        run.cells = [{"cell": 3, "grade_id": None, "label": "hand_qkv", "status": "error", "ename": "KeyboardInterrupt",
+                      "evalue": "", "output": "", "timed_out": True, "truncated": False}]
+        return run
+
+    monkeypatch.setattr(check_module, "run_notebook", fake_run)
+    report = presubmit(path, SOURCE, cell_timeout=7)
+    text = format_report(report)
+    assert 'cell 4 ("Q = torch.tensor([[2.0, 1.0], [1.0, 1.0…") ran longer than the grader\'s 7 s per cell and was interrupted' in text, text
+    assert "check cell 'check_hand_qkv' was modified; the original was restored" in text
+    assert "the kernel died while running cell 5" in text and not report.ok
