@@ -69,7 +69,7 @@ def runs(tmp_path_factory):
     out = {}
     for name, proc in procs.items():
         stdout, stderr = proc.communicate(timeout=600)
-        out[name] = (proc.returncode, stdout, stderr)
+        out[name] = (proc.returncode, " ".join(stdout.split()), stderr)  # the lines are wrapped: compare words
     return out
 
 
@@ -105,6 +105,15 @@ def test_a_notebook_over_the_time_limit_is_reported(runs):
     assert "! the notebook ran longer than 5 s and was stopped; the checks after it were not run" in out
 
 
+def test_lines_are_wrapped(tmp_path):
+    report = check_module.PresubmitReport(tmp_path / "nb.ipynb", seconds=1.0, cell_timeout=30, timeout=300,
+                                          warnings=["word " * 60])
+    report.checks.append(check_module.CheckOutcome("check_x", 1.0, False, "AssertionError: x " * 40 + "\n  got: 1"))
+    lines = format_report(report).splitlines()
+    assert max(map(len, lines)) <= check_module.WIDTH and "      got: 1" in lines
+    assert lines[-1].startswith("  word") and lines[-2].startswith("  word") and lines[-4].startswith("! word")
+
+
 def test_the_limits_are_the_graders(capsys):
     assert LIMITS == {"cell_timeout": 30.0, "timeout": 300.0}
     with pytest.raises(SystemExit):
@@ -127,7 +136,7 @@ def test_a_cell_over_its_time_limit_and_edited_checks_are_reported(tmp_path, mon
 
     monkeypatch.setattr(check_module, "run_notebook", fake_run)
     report = presubmit(path, SOURCE, cell_timeout=7)
-    text = format_report(report)
+    text = " ".join(format_report(report).split())
     assert 'cell 4 ("Q = torch.tensor([[2.0, 1.0], [1.0, 1.0…") ran longer than the grader\'s 7 s per cell and was interrupted' in text, text
     assert "check cell 'check_hand_qkv' was modified; the original was restored" in text
     assert "the kernel died while running cell 5" in text and not report.ok

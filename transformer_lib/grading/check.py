@@ -26,6 +26,7 @@ import copy
 import inspect
 import re
 import secrets
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -44,6 +45,7 @@ __all__ = ["CheckOutcome", "PresubmitReport", "default_source", "presubmit", "fo
 LIMITS = {name: inspect.signature(grade).parameters[name].default for name in ("cell_timeout", "timeout")}
 REPO = Path(__file__).resolve().parents[2]
 _ORIGIN = "_presubmit_origin"  # a cell's index in the saved notebook, while the checks are restored
+WIDTH = 100  # characters per printed line
 _NAME_ERROR = re.compile(r"name '([A-Za-z_][A-Za-z0-9_]*)' is not defined")
 
 
@@ -72,8 +74,14 @@ class PresubmitReport:
 
 
 def default_source(path: Path) -> Path:
-    """The instructor notebook of a student notebook: ``exercises/source/<same name>`` in the course."""
-    return REPO / "exercises" / "source" / Path(path).name
+    """The instructor notebook of a student notebook: ``exercises/source/<same name>`` of the course
+    the library belongs to, else ``source/<same name>`` next to the notebook."""
+    name = Path(path).name
+    for candidate in (REPO / "exercises" / "source" / name, Path(path).parent / "source" / name):
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(f"no instructor notebook {name} in {REPO / 'exercises' / 'source'}: is the notebook "
+                            "named as the course named it (NN_topic.ipynb)? Or give it with --source")
 
 
 def _snippet(cell: dict) -> str:
@@ -120,8 +128,8 @@ def _order_warning(saved: NotebookNode) -> str | None:
     if not inversions:
         return None
     (i, n), (j, m) = inversions[0]
-    return (f"your saved notebook was not run top to bottom: cell {j + 1} ran as In [{m}], before cell {i + 1} "
-            f"above it (In [{n}])" + (f", and {len(inversions) - 1} more such place(s)" if len(inversions) > 1 else "")
+    return (f"your saved notebook was not run top to bottom: cell {j + 1} ran as In\u00a0[{m}], before cell {i + 1} "
+            f"above it (In\u00a0[{n}])" + (f", and {len(inversions) - 1} more such place(s)" if len(inversions) > 1 else "")
             + "; the grader runs every cell once, in order, in a fresh kernel (see the warnings below for what that "
             "changes)")
 
@@ -153,7 +161,7 @@ def _cell_warnings(run: RunResult, nb: NotebookNode, saved: NotebookNode, origin
     def saved_as(index: int) -> str:
         where = origin[index]
         count = saved.cells[where].get("execution_count") if where is not None else None
-        return f" (In [{count}])" if isinstance(count, int) else ""
+        return f" (In\u00a0[{count}])" if isinstance(count, int) else ""
 
     run_checks = {e["cell"]: e["grade_id"] for e in run.cells if e["grade_id"]}
     warnings = []
@@ -243,23 +251,29 @@ def presubmit(path: Path | str, source: Path | str | None = None, cell_timeout: 
     return report
 
 
+def _wrap(text: str, first: str, rest: str) -> list[str]:
+    return textwrap.wrap(text, WIDTH, initial_indent=first, subsequent_indent=rest, break_on_hyphens=False) or [first]
+
+
 def format_report(report: PresubmitReport) -> str:
-    """The text the ``check`` command prints."""
-    lines = [f"Checking {report.path} as the grader will:\na fresh kernel, every cell once from top to bottom, "
-             f"at most {report.cell_timeout:g} s per cell and {report.timeout:g} s in all; visible checks only "
-             "(the grader adds hidden tests).", ""]
+    """The text the ``check`` command prints (lines of at most ``WIDTH`` characters, where words allow)."""
+    lines = _wrap(f"Checking {report.path} as the grader will: in a fresh kernel, every cell once from top to "
+                  f"bottom, at most {report.cell_timeout:g} s per cell and {report.timeout:g} s in all; visible "
+                  "checks only (the grader adds hidden tests).", "", "") + [""]
     for c in report.checks:
         mark = "✓" if c.passed else "✗"
         pts = f"{c.points:g} point{'s' if c.points != 1 else ''}"
         body = c.message.splitlines() or [""]
-        lines.append(f"{mark} {c.grade_id} ({pts}): {body[0]}")
-        lines += [f"      {ln}" for ln in body[1:]]
+        lines += _wrap(f"{c.grade_id} ({pts}): {body[0]}", f"{mark} ", "    ")
+        lines += [f"    {ln}" for ln in body[1:]]
     passed = [c for c in report.checks if c.passed]
-    lines += ["", f"{len(passed)} of {len(report.checks)} visible checks pass "
-                  f"({sum(c.points for c in passed):g} of {sum(c.points for c in report.checks):g} points, if the "
-                  f"hidden tests agree); the notebook ran in {report.seconds:.1f} s."]
+    lines += [""] + _wrap(f"{len(passed)} of {len(report.checks)} visible checks pass "
+                          f"({sum(c.points for c in passed):g} of {sum(c.points for c in report.checks):g} points, "
+                          f"if the hidden tests agree); the notebook ran in {report.seconds:.1f} s.", "", "")
     if report.warnings:
-        lines += ["", f"{len(report.warnings)} warning(s):"] + [f"! {w}" for w in report.warnings]
+        lines += ["", f"{len(report.warnings)} warning(s):"]
+        for w in report.warnings:
+            lines += _wrap(w, "! ", "  ")
     else:
-        lines.append("No warnings: the notebook runs from top to bottom as it is.")
+        lines += ["", "No warnings: the notebook runs from top to bottom as it is."]
     return "\n".join(lines)
