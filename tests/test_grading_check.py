@@ -121,22 +121,36 @@ def test_the_limits_are_the_graders(capsys):
     assert "as the grader's default" in capsys.readouterr().out
 
 
-def test_a_cell_over_its_time_limit_and_edited_checks_are_reported(tmp_path, monkeypatch):
+def _event(cell: int, gid: str | None, ename: str = "", evalue: str = "", timed_out: bool = False) -> dict:
+    return {"cell": cell, "grade_id": gid, "label": gid, "status": "error" if ename else "ok", "ename": ename,
+            "evalue": evalue, "output": "", "timed_out": timed_out, "truncated": False}
+
+
+def test_time_limits_unfinished_cells_and_edited_checks_are_reported(tmp_path, monkeypatch):
+    """With a fake run: cell 4 is interrupted, cell 6 is not done, its check misses S, the kernel dies at cell 8."""
     nb = _handed_in()
-    check = next(c for c in nb.cells if grade_id(c) == "check_hand_qkv")
-    check.source += "\nprint('edited')"
+    cells = {grade_id(c): c for c in nb.cells}
+    cells["check_hand_qkv"].source += "\nprint('edited')"
+    cells["hand_scores"].source = "# YOUR CODE HERE\nraise NotImplementedError()"
     path = tmp_path / "nb.ipynb"
     path.write_text(dumps(nb), encoding="utf-8")
 
-    def fake_run(prepared, cell_timeout, timeout, **kwargs):  # the third cell is interrupted, the kernel dies after
-        run = RunResult(token="t", dead_at=4)
-        run.cells = [{"cell": 3, "grade_id": None, "label": "hand_qkv", "status": "error", "ename": "KeyboardInterrupt",
-                      "evalue": "", "output": "", "timed_out": True, "truncated": False}]
+    def fake_run(prepared, cell_timeout, timeout, **kwargs):
+        run = RunResult(token="t", dead_at=7)
+        run.cells = [_event(3, None, "KeyboardInterrupt", timed_out=True), _event(4, "check_hand_qkv"),
+                     _event(5, None, "NotImplementedError"),
+                     _event(6, "check_hand_scores", "NameError", "name 'S' is not defined")]
         return run
 
     monkeypatch.setattr(check_module, "run_notebook", fake_run)
     report = presubmit(path, SOURCE, cell_timeout=7)
     text = " ".join(format_report(report).split())
-    assert 'cell 4 ("Q = torch.tensor([[2.0, 1.0], [1.0, 1.0…") ran longer than the grader\'s 7 s per cell and was interrupted' in text, text
+    assert ('cell 4 ("Q = torch.tensor([[2.0, 1.0], [1.0, 1.0…") ran longer than the grader\'s 7 s per cell '
+            "and was interrupted") in text, text
     assert "check cell 'check_hand_qkv' was modified; the original was restored" in text
-    assert "the kernel died while running cell 5" in text and not report.ok
+    assert '! cell 6 ("raise NotImplementedError()") is not done yet: it raises NotImplementedError' in text
+    assert ("cell 7 (check cell check_hand_scores) raised NameError: name 'S' is not defined; no cell defines 'S' "
+            '(did cell 6 ("raise NotImplementedError()"), which raised, not get to define it?)') in text
+    assert "✓ check_hand_qkv (1 point): passed" in text and "✗ check_hand_weights (2 points): not run: the kernel " \
+        "died while running cell 8" in text
+    assert "! the kernel died while running cell 8; the checks after it were not run" in text and not report.ok

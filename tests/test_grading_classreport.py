@@ -32,15 +32,17 @@ PLANTED = ["softmax over the wrong axis", "softmax via torch.softmax", "softmax 
 
 def _result(name: str, outcomes: dict[str, str], checks: list[Check]) -> SubmissionResult:
     return SubmissionResult(name, Path(f"{name}.ipynb"), [
-        CheckResult(c.grade_id, 0.0 if c.grade_id in outcomes else c.points, c.points, outcomes.get(c.grade_id, "passed"))
+        CheckResult(c.grade_id, 0.0 if c.grade_id in outcomes else c.points, c.points,
+                    outcomes.get(c.grade_id, "passed"))
         for c in checks])
 
 
 def test_the_message_class_is_the_first_line_with_numbers_replaced():
-    assert message_class("AssertionError: did you forget to divide the scores by √d_k = √8?\n  expected: [1, 2]") == \
-        message_class("AssertionError: did you forget to divide the scores by √d_k = √4?\n  expected: [3]") == \
-        "did you forget to divide the scores by √d_k = √#?"
-    assert message_class("A: wrong entries (2 of 9), S[0, 1] = −4.5, 1e-09") == "A: wrong entries (# of #), S[#, #] = #, #"
+    assert message_class("AssertionError: did you forget to divide by √d_k = √8?\n  expected: [1, 2]") == \
+        message_class("AssertionError: did you forget to divide by √d_k = √4?\n  expected: [3]") == \
+        "did you forget to divide by √d_k = √#?"
+    assert message_class("A: wrong entries (2 of 9), S[0, 1] = −4.5, 1e-09") == \
+        "A: wrong entries (# of #), S[#, #] = #, #"
     assert message_class("the values W_V1 and LN2 differ") == "the values W_V1 and LN2 differ"  # names keep digits
     assert message_class("") == "(no message)"
 
@@ -123,7 +125,8 @@ def test_the_counts_equal_the_misconceptions_planted(planted):
 def test_the_report_reads_as_the_instructor_needs_it(planted):
     _, rows, text = planted
     softmax = {r["misconception"]: int(r["count"]) for r in rows if r["check"] == "check_stable_softmax"}
-    assert softmax["stable_softmax(x, dim) uses torch's softmax, which this exercise asks you to write from scratch"] == 2
+    torch_softmax = "stable_softmax(x, dim) uses torch's softmax, which this exercise asks you to write from scratch"
+    assert softmax[torch_softmax] == 2
     assert [r["misconception"] for r in rows if r["check"] == "check_stable_softmax"][0].startswith(
         "stable_softmax(x, dim) uses torch's softmax")  # the most frequent first
     assert "| `check_stable_softmax` | 2 | 3 of 7 |" in text and "## Scores" in text and "```text" in text

@@ -116,7 +116,8 @@ def _saved_error(cell: dict) -> bool:
 
 def _saved_passed_check(cell: dict) -> bool:
     """The saved outputs show a passing check: its ✓ line and no error."""
-    text = "".join(str(out.get("text", "")) for out in cell.get("outputs", []) or [] if out.get("output_type") == "stream")
+    outputs = cell.get("outputs", []) or []
+    text = "".join(str(out.get("text", "")) for out in outputs if out.get("output_type") == "stream")
     return "✓" in text and not _saved_error(cell)
 
 
@@ -129,7 +130,8 @@ def _order_warning(saved: NotebookNode) -> str | None:
         return None
     (i, n), (j, m) = inversions[0]
     return (f"your saved notebook was not run top to bottom: cell {j + 1} ran as In\u00a0[{m}], before cell {i + 1} "
-            f"above it (In\u00a0[{n}])" + (f", and {len(inversions) - 1} more such place(s)" if len(inversions) > 1 else "")
+            f"above it (In\u00a0[{n}])"
+            + (f", and {len(inversions) - 1} more such place(s)" if len(inversions) > 1 else "")
             + "; the grader runs every cell once, in order, in a fresh kernel (see the warnings below for what that "
             "changes)")
 
@@ -152,49 +154,60 @@ def prepare(submission: NotebookNode, instructor: NotebookNode) -> tuple[Noteboo
 
 def _cell_warnings(run: RunResult, nb: NotebookNode, saved: NotebookNode, origin: list[int | None]) -> list[str]:
     """Warnings about the cells that raised in the fresh run."""
+    checks = {e["cell"] for e in run.cells if e["grade_id"]}
+
     def name(index: int) -> str:
-        gid = grade_id(nb.cells[index])
-        where = origin[index]
-        label = f"check cell {gid}" if run_checks.get(index) else f'"{_snippet(nb.cells[index])}"'
-        return f"cell {where + 1} ({label})" if where is not None else label
+        label = f"check cell {grade_id(nb.cells[index])}" if index in checks else f'"{_snippet(nb.cells[index])}"'
+        return f"cell {origin[index] + 1} ({label})" if origin[index] is not None else label
+
+    def saved_cell(index: int) -> dict:
+        return saved.cells[origin[index]] if origin[index] is not None else {}
 
     def saved_as(index: int) -> str:
-        where = origin[index]
-        count = saved.cells[where].get("execution_count") if where is not None else None
+        count = saved_cell(index).get("execution_count")
         return f" (In\u00a0[{count}])" if isinstance(count, int) else ""
 
-    run_checks = {e["cell"]: e["grade_id"] for e in run.cells if e["grade_id"]}
-    warnings = []
+    def ran_ok(index: int) -> bool:  # in the saved notebook
+        return isinstance(saved_cell(index).get("execution_count"), int) and not _saved_error(saved_cell(index))
+
+    warnings, raised = [], []
     for e in run.cells:
         i = e["cell"]
         if e["timed_out"] or e["status"] == "ok":
             continue
-        saved_cell = saved.cells[origin[i]] if origin[i] is not None else {}
-        is_check_cell = bool(e["grade_id"])
-        if is_check_cell and e["ename"] != "NameError":  # its line in the list of checks gives the error
-            if _saved_passed_check(saved_cell):
+        raised.append(i)
+        if i in checks and e["ename"] != "NameError":  # its line in the list of checks gives the error
+            if _saved_passed_check(saved_cell(i)):
                 warnings.append(f"{name(i)} passed in your saved notebook{saved_as(i)} but fails in a fresh run: "
                                 "it depends on the order your cells ran in, or on cells since changed or deleted")
             continue
-        text = f"{name(i)} raised {e['ename']}: {(e['evalue'].splitlines() or [''])[0]}"
+        if e["ename"] == "NotImplementedError" and i not in checks:
+            warnings.append(f"{name(i)} is not done yet: it raises NotImplementedError")
+            continue
+        first = (e["evalue"].splitlines() or [""])[0]
+        text = f"{name(i)} raised {e['ename']}" + (f": {first}" if first else "")
         match = _NAME_ERROR.search(e["evalue"]) if e["ename"] == "NameError" else None
         if match:
             var = match.group(1)
-            above = [j for j in range(i) if nb.cells[j].cell_type == "code" and var in _defined_names(nb.cells[j].source)]
-            below = [j for j in range(i + 1, len(nb.cells)) if nb.cells[j].cell_type == "code"
-                     and var in _defined_names(nb.cells[j].source)]
-            if below and not above:
-                text += (f"; '{var}' is defined only further down, in {name(below[0])}{saved_as(below[0])}: it worked "
-                         "in your session because you ran that cell first. Move the definition above its first use")
-            elif not above:
-                text += (f"; no cell defines '{var}' any more: it came from a cell you changed or deleted after "
-                         "running it")
-        elif not is_check_cell:
+            defines = [j for j, c in enumerate(nb.cells) if c.cell_type == "code" and var in _defined_names(c.source)]
+            below = [j for j in defines if j > i]
+            if below and not [j for j in defines if j < i]:
+                text += f"; '{var}' is defined only further down, in {name(below[0])}{saved_as(below[0])}"
+                text += (": it worked in your session because you ran that cell first" if ran_ok(below[0]) else "")
+                text += ". Move the definition above its first use"
+            elif not defines:
+                text += f"; no cell defines '{var}'"
+                earlier = [j for j in raised if j < i]
+                if ran_ok(i):
+                    text += " any more: it came from a cell you changed or deleted after running it"
+                elif earlier:
+                    text += f" (did {name(earlier[-1])}, which raised, not get to define it?)"
+        elif i not in checks:
             text += ("; the grader runs on past a cell that raises, but whatever the cell should define is missing "
                      "for the cells and checks after it")
-        if origin[i] is not None and isinstance(saved_cell.get("execution_count"), int) and not _saved_error(saved_cell):
-            text += (f". In your saved notebook this cell ran without error{saved_as(i)}: it depends on the order your "
-                     "cells ran in, or on cells since changed or deleted")
+        if ran_ok(i):
+            text += (f". In your saved notebook this cell ran without error{saved_as(i)}: it depends on the order "
+                     "your cells ran in, or on cells since changed or deleted")
         warnings.append(text)
     return warnings
 
@@ -240,7 +253,8 @@ def presubmit(path: Path | str, source: Path | str | None = None, cell_timeout: 
     for e in run.cells:
         if e["timed_out"]:
             where = origin[e["cell"]]
-            report.warnings.append(f"cell {where + 1 if where is not None else '?'} (\"{_snippet(nb.cells[e['cell']])}\") "
+            label = f"cell {where + 1} " if where is not None else ""
+            report.warnings.append(f"{label}(\"{_snippet(nb.cells[e['cell']])}\") "
                                    f"ran longer than the grader's {cell_timeout:g} s per cell and was interrupted")
     if run.killed or run.dead_at is not None or run.worker_error:
         report.warnings.append(f"{stop}; the checks after it were not run and would score 0"
