@@ -13,7 +13,7 @@ from submissions.helpers import as_handed_in
 from transformer_lib.grading import check as check_module
 from transformer_lib.grading.__main__ import main
 from transformer_lib.grading.check import LIMITS, format_report, presubmit
-from transformer_lib.grading.notebook import dumps, grade_id, is_check, read
+from transformer_lib.grading.notebook import check_cells, dumps, grade_id, hidden_lines, is_check, read, release
 from transformer_lib.grading.runner import RunResult
 
 STEM = "02_building_up_attention"
@@ -154,3 +154,33 @@ def test_time_limits_unfinished_cells_and_edited_checks_are_reported(tmp_path, m
     assert "✓ check_hand_qkv (1 point): passed" in text and "✗ check_hand_weights (2 points): not run: the kernel " \
         "died while running cell 8" in text
     assert "! the kernel died while running cell 8; the checks after it were not run" in text and not report.ok
+
+
+def test_a_check_that_passed_when_saved_but_fails_fresh_is_reported(tmp_path, monkeypatch):
+    nb = _handed_in()
+    index = next(i for i, c in enumerate(nb.cells) if grade_id(c) == "check_stable_softmax")
+    nb.cells[index].execution_count = 3
+    nb.cells[index].outputs = [nbformat.v4.new_output("stream", name="stdout", text="✓ stable_softmax matches\n")]
+    path = tmp_path / "nb.ipynb"
+    path.write_text(dumps(nb), encoding="utf-8")
+    failure = "AssertionError_t"  # the checks' own failure class in a kernel whose token is "t"
+    monkeypatch.setattr(check_module, "run_notebook", lambda *a, **k: RunResult(token="t", finished=True, cells=[
+        _event(index, "check_stable_softmax", failure, "the output does not sum to 1 along dim=-1")]))
+    text = " ".join(format_report(presubmit(path, SOURCE)).split())
+    assert "✗ check_stable_softmax (2 points): AssertionError: the output does not sum to 1 along dim=-1" in text
+    assert (f"cell {index + 1} (check cell check_stable_softmax) passed in your saved notebook (In [3]) but fails "
+            "in a fresh run") in text
+
+
+def test_the_grader_preparation_with_the_visible_checks_only():
+    source = read(SOURCE)
+    nb, notes, origin = check_module.prepare_visible(as_handed_in(source), source)
+    visible = {grade_id(c): c.source for _, c in check_cells(release(source))}
+    hidden = [h for _, c in check_cells(source) for h in hidden_lines(c.source) if "checks.check_" in h]
+    assert notes == [] and origin == list(range(len(source.cells))) and hidden
+    for _, cell in check_cells(nb):
+        calls = [line for line in cell.source.splitlines() if "checks.check_" in line]
+        assert calls == [line for line in visible[grade_id(cell)].splitlines() if "checks.check_" in line] != []
+        assert not [h for h in hidden if h in cell.source]
+    assert all("_grading_fresh_checks(" in c.source for c in nb.cells if is_check(c))
+    assert not any("_presubmit_origin" in c.metadata for c in nb.cells)

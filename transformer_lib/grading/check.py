@@ -40,7 +40,8 @@ from .procs import kill_tagged
 from .runner import RunResult, run_notebook
 from .scoring import _stop_reason, error_message
 
-__all__ = ["CheckOutcome", "PresubmitReport", "default_source", "presubmit", "format_report", "LIMITS"]
+__all__ = ["CheckOutcome", "PresubmitReport", "default_source", "prepare_visible", "presubmit", "format_report",
+           "LIMITS"]
 
 LIMITS = {name: inspect.signature(grade).parameters[name].default for name in ("cell_timeout", "timeout")}
 REPO = Path(__file__).resolve().parents[2]
@@ -51,6 +52,8 @@ _NAME_ERROR = re.compile(r"name '([A-Za-z_][A-Za-z0-9_]*)' is not defined")
 
 @dataclass
 class CheckOutcome:
+    """One visible check in the fresh run: passed, or the message the grader's feedback would give."""
+
     grade_id: str
     points: float
     passed: bool
@@ -136,7 +139,8 @@ def _order_warning(saved: NotebookNode) -> str | None:
             "changes)")
 
 
-def prepare(submission: NotebookNode, instructor: NotebookNode) -> tuple[NotebookNode, list[str], list[int | None]]:
+def prepare_visible(submission: NotebookNode,
+                    instructor: NotebookNode) -> tuple[NotebookNode, list[str], list[int | None]]:
     """The notebook the grader would run, with the visible checks only; the repair notes; and for
     each of its cells the index of the cell in the saved notebook it came from (None: inserted)."""
     tagged = copy.deepcopy(submission)
@@ -218,7 +222,7 @@ def presubmit(path: Path | str, source: Path | str | None = None, cell_timeout: 
     path = Path(path)
     instructor = read(source or default_source(path))
     saved = load_submission(path)
-    nb, notes, origin = prepare(saved, instructor)
+    nb, notes, origin = prepare_visible(saved, instructor)
     prefix = f"{secrets.token_hex(8)}-"
     try:
         run = run_notebook(nb, cell_timeout, timeout, token_prefix=prefix)
