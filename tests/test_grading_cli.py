@@ -141,6 +141,15 @@ def test_feedback_shows_check_messages_but_never_hidden_tests(graded):
     assert "not implemented yet" in blank and "Score: 0 / 12" in blank
 
 
+def test_the_class_report_counts_every_submission_and_never_shows_hidden_tests(graded):
+    expected, rows, out, _, _ = graded
+    text = (out / "class_report.md").read_text(encoding="utf-8")
+    hidden = [h for _, c in check_cells(read(SOURCE)) for h in hidden_lines(c.source) if len(h) >= 8]
+    assert not [h for h in hidden if h in text or h[::-1] in text] and "checks.check_" not in text
+    passed = sum(row["check_stable_softmax"] == "2" for row in rows.values())
+    assert f"| `check_stable_softmax` | 2 | {passed} of {len(expected)} |" in text
+
+
 def test_no_process_outlives_the_grading_run(graded):
     """Daemons (setsid, an empty environment, a double fork) are killed before the reports are written."""
     pids = [int(line) for line in graded[4].read_text().split()]

@@ -9,11 +9,14 @@
 - ``records``   results the checks record, compared outside the student's kernel
 - ``grade``, ``scoring``, ``report``  the grading run, scoring, and the reports (grades.csv,
   results.json, feedback.md)
+- ``classreport``  the class report of a grading run (class_report.md, class_report.csv)
+- ``check``     the pre-submit check: a student's notebook run as the grader will, visible checks only
 - ``bench``     times the grading of 20 submissions
 
 Command line: ``python -m transformer_lib.grading release`` and
-``python -m transformer_lib.grading grade SOURCE.ipynb SUBMISSIONS... --out DIR``.
+``python -m transformer_lib.grading grade SOURCE.ipynb SUBMISSIONS... --out DIR`` and
+``python -m transformer_lib.grading check exercises/NN_topic.ipynb``.
 """
 
 __all__ = ["checks", "notebook", "prepare", "fresh", "worker", "runner", "procs", "records", "grade", "scoring",
-           "report", "bench"]
+           "report", "classreport", "check", "bench"]

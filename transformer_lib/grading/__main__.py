@@ -1,7 +1,8 @@
-"""Command line: ``python -m transformer_lib.grading {release,grade,bench}``.
+"""Command line: ``python -m transformer_lib.grading {release,grade,check,bench}``.
 
     release  [--source exercises/source] [--dest exercises] [--check]
     grade    SOURCE.ipynb SUBMISSION... --out DIR [--jobs N] [--cell-timeout S] [--timeout S] [--quiet]
+    check    STUDENT.ipynb [--source INSTRUCTOR.ipynb] [--cell-timeout S] [--timeout S]
     bench    [--n 20] [--jobs 2]
 """
 from __future__ import annotations
@@ -58,6 +59,19 @@ def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+def _check(args: argparse.Namespace) -> int:
+    from .check import format_report, presubmit
+    from .prepare import SubmissionError
+
+    try:
+        report = presubmit(args.notebook, args.source, cell_timeout=args.cell_timeout, timeout=args.timeout)
+    except (SubmissionError, FileNotFoundError, ValueError) as err:
+        print(f"check stopped: {err}", file=sys.stderr)
+        return 2
+    print(format_report(report))
+    return 0 if report.ok else 1
+
+
 def _bench(args: argparse.Namespace) -> int:
     from .bench import bench_grading
 
@@ -83,6 +97,12 @@ def main(argv: list[str] | None = None) -> int:
     gr.add_argument("--timeout", type=float, default=300.0, help="seconds per notebook before it is killed")
     gr.add_argument("--quiet", action="store_true", help="no progress bar")
     gr.set_defaults(run=_grade)
+    ch = sub.add_parser("check", help="run your exercise notebook as the grader will, visible checks only")
+    ch.add_argument("notebook", type=Path, help="your notebook (exercises/NN_topic.ipynb)")
+    ch.add_argument("--source", type=Path, help="the instructor notebook (default: exercises/source/ of the course)")
+    ch.add_argument("--cell-timeout", type=float, default=30.0, help="seconds per cell, as the grader's default")
+    ch.add_argument("--timeout", type=float, default=300.0, help="seconds per notebook, as the grader's default")
+    ch.set_defaults(run=_check)
     be = sub.add_parser("bench", help="time the grading of n chapter-2 submissions")
     be.add_argument("--n", type=int, default=20)
     be.add_argument("--jobs", type=int, default=2)

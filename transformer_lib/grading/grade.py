@@ -24,6 +24,7 @@ from typing import Iterator
 from tqdm import tqdm
 
 from ._checktools import failure_name
+from .classreport import REPORT_FILES, write_class_report
 from .fresh import use_fresh_checks
 from .notebook import check_cells, dumps, grade_id, hidden_lines, read, validate
 from .prepare import SubmissionError, load_submission, restore_checks
@@ -37,7 +38,7 @@ __all__ = ["grade", "collect", "GradingError", "GradingInterrupted", "Check", "C
            "SubmissionResult"]
 
 REFERENCE_CELL_TIMEOUT, REFERENCE_TIMEOUT = 120.0, 900.0  # the instructor run's limits, at least
-RESERVED = {"grades.csv"}  # names in the output folder that are not a submission's
+RESERVED = {"grades.csv", *REPORT_FILES}  # names in the output folder that are not a submission's
 
 
 class GradingError(RuntimeError):
@@ -196,6 +197,7 @@ def grade(instructor_path: Path | str, submissions: list[Path | str], out_dir: P
             for c in res.checks:
                 c.message = redact(c.message, all_hidden)
         write_reports(Path(out_dir), results, checks)
+        write_class_report(Path(out_dir), results, checks, Path(instructor_path).stem, all_hidden)
     if got:
         raise GradingInterrupted(results, len(runs) if reference is not None else 0)
     return results
