@@ -194,6 +194,8 @@ def test_errors_name_the_argument(minilm, monkeypatch):
         model(ids[0])
     with pytest.raises(ValueError, match=r"attention_mask: expected shape \(1, 4\) \(as ids\), got \(4,\)"):
         model(ids, mask[0])
+    with pytest.raises(TypeError, match=r"attention_mask: expected a torch.Tensor"):
+        model(ids, [[1, 1, 1, 1]])
     with pytest.raises(ValueError, match=r"token_type_ids: expected shape \(1, 4\)"):
         model(ids, mask, torch.zeros(1, 3, dtype=torch.long))
     with pytest.raises(ValueError, match=r"attention_mask: expected shape \(1, 4\) \(batch, n\), got \(1, 3\)"):

@@ -22,7 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from transformer_lib import loading
-from transformer_lib._checks import require_bool, require_ids, require_instance, require_mask
+from transformer_lib._checks import require_bool, require_ids, require_instance, require_tensor
 from transformer_lib.block import TransformerBlock, make_norm
 from transformer_lib.config import ModelConfig
 
@@ -99,11 +99,11 @@ def bert_config(hf: Mapping | object, pooler: bool = True) -> ModelConfig:
 def mean_pool(hidden: Tensor, attention_mask: Tensor | None = None) -> Tensor:
     """Average of the token vectors that are not padding: ``(b, n, d), (b, n) -> (b, d)``
     (sentence-transformers' pooling; a mask of all ones averages every token). Chapter 1."""
-    if hidden.dim() != 3:
+    if require_tensor("hidden", hidden).dim() != 3:
         raise ValueError(f"hidden: expected shape (batch, n, d), got {tuple(hidden.shape)}")
     if attention_mask is None:
         return hidden.mean(dim=1)
-    if tuple(attention_mask.shape) != tuple(hidden.shape[:2]):
+    if tuple(require_tensor("attention_mask", attention_mask).shape) != tuple(hidden.shape[:2]):
         raise ValueError(f"attention_mask: expected shape {tuple(hidden.shape[:2])} (batch, n), "
                          f"got {tuple(attention_mask.shape)}")
     w = attention_mask.to(hidden.dtype).unsqueeze(-1)                    # (b, n, 1)
@@ -175,7 +175,7 @@ class BertEncoder(nn.Module):
         x = self.embed(ids, token_type_ids)
         mask = None
         if attention_mask is not None:
-            require_mask("attention_mask", attention_mask.bool(), tuple(ids.shape))
+            require_tensor("attention_mask", attention_mask)
             if tuple(attention_mask.shape) != tuple(ids.shape):
                 raise ValueError(f"attention_mask: expected shape {tuple(ids.shape)} (as ids), "
                                  f"got {tuple(attention_mask.shape)}")
