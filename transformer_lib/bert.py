@@ -25,6 +25,7 @@ from transformer_lib import loading
 from transformer_lib._checks import require_bool, require_ids, require_instance, require_tensor
 from transformer_lib.block import TransformerBlock, make_norm
 from transformer_lib.config import ModelConfig
+from transformer_lib.positional import LearnedPositionalEmbedding
 
 __all__ = ["BertOutput", "BertEncoder", "check_bert_config", "bert_config", "bert_tensors", "bert_key",
            "mean_pool", "minilm_dir", "load_minilm", "tokenize"]
@@ -121,9 +122,10 @@ def _post_norm(block: TransformerBlock, x: Tensor, mask: Tensor | None) -> tuple
 class BertEncoder(nn.Module):
     """BERT-style encoder: ``(batch, n)`` token ids -> `BertOutput` with ``last (b, n, d)``.
 
-    Submodules: `tok_emb` (V×d), `pos_emb` (n_ctx×d), `type_emb` (token types×d, only when
-    ``config.n_token_types``), `emb_norm`, `blocks` (L post-norm `TransformerBlock`s,
-    bidirectional), `pooler` (d→d, only with ``config.pooler``). Chapters 1, 5 and 9.
+    Submodules: `tok_emb` (V×d), `pos_emb` (a `LearnedPositionalEmbedding`, n_ctx×d),
+    `type_emb` (token types×d, only when ``config.n_token_types``), `emb_norm`, `blocks` (L
+    post-norm `TransformerBlock`s, bidirectional), `pooler` (d→d, only with ``config.pooler``).
+    Chapters 1, 5 and 9.
     """
 
     def __init__(self, config: ModelConfig) -> None:
@@ -131,7 +133,7 @@ class BertEncoder(nn.Module):
         check_bert_config(config)
         self.config = c = config
         self.tok_emb = nn.Embedding(c.vocab_size, c.d_model)
-        self.pos_emb = nn.Embedding(c.n_ctx, c.d_model)
+        self.pos_emb = LearnedPositionalEmbedding(c.n_ctx, c.d_model)
         if c.n_token_types:
             self.type_emb = nn.Embedding(c.n_token_types, c.d_model)
         self.emb_norm = make_norm("layernorm", c.d_model, c.norm_eps)
@@ -151,7 +153,7 @@ class BertEncoder(nn.Module):
         n = ids.shape[1]
         if n > c.n_ctx:
             raise ValueError(f"ids: expected at most n_ctx={c.n_ctx} tokens, got n={n}")
-        x = self.tok_emb(ids) + self.pos_emb.weight[:n]
+        x = self.tok_emb(ids) + self.pos_emb(n)                        # (b, n, d) + (n, d)
         if c.n_token_types:
             types = torch.zeros_like(ids) if token_type_ids is None else token_type_ids
             require_ids("token_type_ids", types, c.n_token_types, "n_token_types")
