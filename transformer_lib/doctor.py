@@ -73,7 +73,7 @@ def check_torch() -> Item:
 
 def requirement_files(root: Path = REPO) -> list[Path]:
     """Every file of exact pins the two commands install, besides torch."""
-    return sorted((root / "requirements").glob("*.txt")) + sorted(root.glob("requirements-*.txt"))
+    return sorted((root / "requirements").glob("*.txt"))
 
 
 def pins(root: Path = REPO) -> dict[str, str]:

@@ -1,0 +1,101 @@
+"""What the book measures on the trained all-MiniLM-L6-v2, with the margins the chapters assert,
+checked on other inputs than the chapters' own (Chapters 1 and 5).
+
+Chapter 1: "mole" enters every sentence as the identical vector (same position), and after six
+layers its vectors group by sense: on five sets of six sentences (two per sense: animal, unit,
+skin lesion; the first set is the chapter's), same-sense pairs are more similar on average than
+cross-sense pairs by more than 0.03, and each sense is closer to itself than to any other by
+more than 0.005.
+
+Chapter 5: on the chapter's sentence and five others, the head with the highest previous-token
+score is in the first layer, scores above 0.95 and beats every other head by more than 0.4;
+the strongest [CLS] head scores above 0.8, at least a third of the 72 heads put more than half
+their attention on [CLS], and no head gives [SEP] more than 0.35.
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from transformer_lib.bert import load_minilm, tokenize
+
+MOLE_SETS = [
+    [["The mole dug a tunnel under the lawn.", "The mole has tiny eyes and strong claws."],
+     ["The mole is the SI unit of amount of substance.", "The mole of carbon weighs twelve grams."],
+     ["The mole on her cheek was removed.", "The mole on his back was checked by a dermatologist."]],
+    [["A mole burrowed through the garden soil.", "A mole eats earthworms underground."],
+     ["A mole contains Avogadro's number of atoms.", "A mole of water has a mass of eighteen grams."],
+     ["A mole appeared on my skin last summer.", "A mole that changes shape should be seen by a doctor."]],
+    [["The mole is a small mammal that lives underground.",
+      "The mole ruined the farmer's field with molehills."],
+     ["The mole ratio in the chemical equation is two to one.",
+      "The mole count of the gas doubled in the reaction."],
+     ["The mole on the patient's arm was a benign skin lesion.",
+      "The mole was itchy and started to bleed."]],
+    [["One mole escaped from the trap in the meadow.", "One mole was spotted digging near the river bank."],
+     ["One mole of oxygen gas occupies about 22 litres.", "One mole of sodium chloride dissolved in the beaker."],
+     ["One mole on his neck turned out to be melanoma.", "One mole on her face was darker than the others."]],
+    [["Every mole in the garden digs its own burrow.", "Every mole hunts worms in the dark soil."],
+     ["Every mole of a substance has the same number of particles.",
+      "Every mole of electrons carries a charge of one faraday."],
+     ["Every mole on your skin should be checked for changes.",
+      "Every mole the dermatologist removed was sent to the lab."]],
+]
+AT = 2  # [CLS] <determiner> mole ...
+
+
+@pytest.fixture(scope="module")
+def minilm():
+    return load_minilm()
+
+
+@pytest.fixture(scope="module")
+def mole_vectors(minilm):
+    model, tok = minilm
+    texts = [s for group in MOLE_SETS for sense in group for s in sense]
+    ids, mask, tokens = tokenize(tok, texts)
+    assert all(t[AT] == "mole" for t in tokens)
+    with torch.no_grad():
+        out = model(ids, mask)
+    k = len(texts) // len(MOLE_SETS)
+    return [(out.hidden[0][i:i + k, AT], out.last[i:i + k, AT]) for i in range(0, len(texts), k)]
+
+
+@pytest.mark.parametrize("index", range(len(MOLE_SETS)))
+def test_mole_starts_identical_and_ends_grouped_by_sense(mole_vectors, index):
+    before, after = mole_vectors[index]
+    assert all(torch.equal(v, before[0]) for v in before)
+    e = F.normalize(after, dim=-1)
+    cos = e @ e.T
+    sense = torch.tensor([0, 0, 1, 1, 2, 2])
+    off = ~torch.eye(6, dtype=torch.bool)
+    same = (sense[:, None] == sense[None, :]) & off
+    assert float(cos[same].mean()) > float(cos[~same & off].mean()) + 0.03
+    by = [[float(cos[(sense[:, None] == a) & (sense[None, :] == b) & off].mean()) for b in range(3)]
+          for a in range(3)]
+    assert all(by[a][a] > by[a][b] + 0.005 for a in range(3) for b in range(3) if a != b)
+
+
+HEAD_SENTENCES = ["The board approved a $3B buyback despite declining margins.",
+                  "AAPL revenue beat expectations.",
+                  "The mole dug a tunnel under the lawn.",
+                  "Stock prices fell sharply after the central bank raised interest rates.",
+                  "A kitten is sleeping on the warm windowsill.",
+                  "Investors sold their shares when the quarterly report disappointed."]
+
+
+@pytest.mark.parametrize("sentence", HEAD_SENTENCES)
+def test_trained_heads_found_by_their_scores(minilm, sentence):
+    model, tok = minilm
+    ids, mask, _ = tokenize(tok, [sentence])
+    with torch.no_grad():
+        A = torch.stack(model(ids, mask, return_attention=True).attentions)[:, 0]  # (L, h, n, n)
+    L, h, n, _ = A.shape
+    rows = torch.arange(1, n)
+    prev = A[:, :, rows, rows - 1].mean(-1).flatten()
+    best, second = prev.topk(2).values.tolist()
+    assert best > 0.95 and best > second + 0.4 and int(prev.argmax()) // h == 0
+    cls, sep = A[:, :, :, 0].mean(-1), A[:, :, :, n - 1].mean(-1)
+    assert float(cls.max()) > 0.8 and int((cls > 0.5).sum()) >= L * h // 3
+    assert float(sep.max()) < 0.35
