@@ -279,6 +279,18 @@ BROKEN = {
     "5 h heads: weights transposed": (
         CH5, [("head_choices = [1, 2, 4]", [("(qs, ks, vs)[1].numpy()", "(qs, ks, vs)[1].transpose(-1, -2).numpy()")])],
         "np.testing.assert_allclose(w.sum(-1), 1.0"),
+    "5 trained heads: attention read as columns": (
+        CH5, [("from transformer_lib.bert import load_minilm", [("torch.stack(out_b.attentions)[:, 0]",
+                                                              "torch.stack(out_b.attentions)[:, 0].transpose(-1, -2)")])],
+        "torch.testing.assert_close(A_tr.sum(-1)"),
+    "5 trained heads: the diagonal scored as the previous token": (
+        CH5, [("from transformer_lib.bert import load_minilm", [("A_tr[:, :, rows, rows - 1]", "A_tr[:, :, rows, rows]")]),
+              ("flat = prev.flatten()", [])],
+        "assert best > 0.95"),
+    "5 trained heads: the first word scored as [CLS]": (
+        CH5, [("from transformer_lib.bert import load_minilm", [("A_tr[:, :, :, 0].mean(-1)", "A_tr[:, :, :, 1].mean(-1)")]),
+              ("cls_layer, cls_head = divmod", [])],
+        "assert float(cls.max()) > 0.8"),
 
     # --- Chapter 7: causal masking
     "7 mask: the diagonal masked too": (
@@ -382,6 +394,9 @@ BROKEN = {
         "assert cap == math.ceil(c * len(xr) * K_R / E_R)"),
 
     # --- Chapter 9: parameter and FLOP counting
+    "9 MiniLM file: the position_ids buffer counted as parameters": (
+        CH9, [("from safetensors import safe_open", [('[k for k in shapes if k.endswith("position_ids")]', "[]")])],
+        'assert in_file == counts["all-MiniLM-L6-v2"]'),
     "9 GPT-2 formula: the final norm forgotten": (
         CH9, [("def gpt2_params", [("n_ctx * d + 2 * d", "n_ctx * d")])], "assert ours == param_count(gpt2)"),
     "9 GPT-2 formula: the MLP biases as 4d": (
