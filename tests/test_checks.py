@@ -185,3 +185,39 @@ def test_bad_input_raises_naming_the_argument(call, error, message):
     assert type(info.value) is error, f"{type(info.value).__name__}: {info.value}"
     assert str(info.value).startswith(message), f"got {str(info.value)!r}"
     assert re.match(r"[\w.\[\]']+: expected ", str(info.value))
+
+
+def test_broadcast_shapes_agrees_with_torch():
+    """The plain-Python broadcast (torch's imports sympy) gives torch's shape or torch's refusal,
+    over every pair of shapes up to rank 3 with sizes 0, 1, 2 and 3."""
+    import itertools
+
+    from transformer_lib._checks import broadcast_shapes
+
+    shapes = [s for r in range(4) for s in itertools.product((0, 1, 2, 3), repeat=r)]
+    for a, b in itertools.product(shapes, repeat=2):
+        try:
+            want = torch.broadcast_shapes(a, b)
+        except RuntimeError:
+            with pytest.raises(RuntimeError, match="do not broadcast"):
+                broadcast_shapes(a, b)
+            continue
+        assert broadcast_shapes(a, b) == want, (a, b)
+    assert broadcast_shapes((2, 1, 3), (4, 1), (1, 1, 1, 3)) == torch.broadcast_shapes((2, 1, 3), (4, 1), (1, 1, 1, 3))
+
+
+def test_library_checks_do_not_import_sympy():
+    """Validating shapes must not cost a chapter or a graded submission the ~0.6 s import of sympy
+    that torch.broadcast_shapes triggers on first use."""
+    import subprocess
+    import sys
+
+    code = ("import sys, torch\n"
+            "from transformer_lib.attention import scaled_dot_product_attention\n"
+            "from transformer_lib.positional import sinusoidal_encoding\n"
+            "q = torch.randn(2, 3, 4)\n"
+            "scaled_dot_product_attention(q, q, q, mask=torch.ones(3, 3, dtype=torch.bool))\n"
+            "print('sympy' in sys.modules)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"

@@ -7,6 +7,7 @@ right kind with a wrong value or shape. ``bool`` is never accepted as a number.
 """
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -77,11 +78,23 @@ def require_width(name: str, x: object, d: int, label: str = "d_model") -> Tenso
     return x
 
 
+def broadcast_shapes(*shapes: Sequence[int]) -> torch.Size:
+    """The shape ``shapes`` broadcast to, as ``torch.broadcast_shapes`` gives it (which imports
+    sympy on first use, most of a second per process); ``RuntimeError`` if they do not broadcast."""
+    out = []
+    for dims in itertools.zip_longest(*(reversed(tuple(s)) for s in shapes), fillvalue=1):
+        sizes = {d for d in dims if d != 1}
+        if len(sizes) > 1:
+            raise RuntimeError(f"shapes {[tuple(s) for s in shapes]} do not broadcast")
+        out.append(sizes.pop() if sizes else 1)
+    return torch.Size(reversed(out))
+
+
 def require_broadcastable(name: str, x: Tensor, target: Sequence[int]) -> Tensor:
     """A tensor that broadcasts to exactly ``target`` (it may not enlarge it)."""
     target = torch.Size(target)
     try:
-        ok = torch.broadcast_shapes(x.shape, target) == target
+        ok = broadcast_shapes(x.shape, target) == target
     except RuntimeError:
         ok = False
     if not ok:
@@ -135,7 +148,7 @@ def require_lead_broadcast(name: str, x: Tensor, lead: Sequence[int], other: str
     """The leading dims ``x.shape[:-2]`` broadcast with ``lead`` (those of ``other``);
     returns the broadcast leading dims."""
     try:
-        return torch.broadcast_shapes(torch.Size(lead), x.shape[:-2])
+        return broadcast_shapes(lead, x.shape[:-2])
     except RuntimeError:
         raise ValueError(f"{name}: expected leading dims that broadcast with {tuple(lead)} "
                          f"(those of {other}), got {tuple(x.shape[:-2])}") from None

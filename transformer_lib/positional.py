@@ -12,7 +12,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from transformer_lib._checks import (require_bool, require_ids, require_int, require_positive,
+from transformer_lib._checks import (broadcast_shapes, require_bool, require_ids, require_int, require_positive,
                                      require_query_block, require_tensor)
 
 __all__ = [
@@ -86,7 +86,7 @@ def _positions(positions: int | Tensor | None, lead: torch.Size, device: torch.d
         return torch.arange(t, t + n, dtype=torch.float64, device=device)
     positions = torch.as_tensor(positions, device=device)
     try:
-        ok = positions.dim() >= 1 and torch.broadcast_shapes(positions.shape, lead) == lead
+        ok = positions.dim() >= 1 and broadcast_shapes(positions.shape, lead) == lead
     except RuntimeError:
         ok = False
     if not ok:
