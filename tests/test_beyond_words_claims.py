@@ -8,9 +8,12 @@ The recipes are those of chapters/appendix_beyond_words.ipynb (same generator, s
 """
 from __future__ import annotations
 
+import importlib.util
 import math
 import time
+from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -126,11 +129,20 @@ def test_peer_attention_is_asymmetric_and_beats_the_kernels(seed):
 
 @pytest.fixture(scope="module")
 def digits():
+    """The digits as the appendix reads them, from the CSV file scikit-learn ships."""
+    root = Path(importlib.util.find_spec("sklearn").submodule_search_locations[0])
+    raw = np.loadtxt(root / "datasets" / "data" / "digits.csv.gz", delimiter=",")
+    images = torch.tensor(raw[:, :64], dtype=torch.float32).reshape(-1, 1, 8, 8) / 16.0
+    split = torch.randperm(len(images), generator=torch.Generator().manual_seed(0))
+    return images, torch.tensor(raw[:, 64], dtype=torch.long), split[:1300], split[1300:]
+
+
+def test_the_digits_file_is_what_load_digits_returns(digits):
     from sklearn.datasets import load_digits
     data = load_digits()
-    images = torch.tensor(data.images, dtype=torch.float32)[:, None] / 16.0
-    split = torch.randperm(len(images), generator=torch.Generator().manual_seed(0))
-    return images, torch.tensor(data.target), split[:1300], split[1300:]
+    images, labels, _, _ = digits
+    assert torch.equal(images, torch.tensor(data.images, dtype=torch.float32)[:, None] / 16.0)
+    assert torch.equal(labels, torch.tensor(data.target))
 
 
 def _train_vit(digits, positions, seed, steps=200, lr=1e-2):
