@@ -110,7 +110,7 @@ def test_peer_attention_is_asymmetric_and_beats_the_kernels(seed):
         model = _PeerAttention()
         opt = torch.optim.Adam(model.parameters(), lr=2e-2)
         batches = torch.Generator().manual_seed(seed)
-        for _ in range(200):
+        for _ in range(150):
             i = torch.randint(0, len(z_tr), (32,), generator=batches)
             loss = F.mse_loss(model(z_tr[i], f_tr[i], keys(z_tr[i]))[0], r_tr[i])
             opt.zero_grad()
@@ -154,7 +154,7 @@ def _train_vit(digits, positions, seed, steps=200, lr=1e-2):
     schedule = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps)
     batches = torch.Generator().manual_seed(seed)
     for _ in range(steps):
-        i = train_idx[torch.randint(0, len(train_idx), (64,), generator=batches)]
+        i = train_idx[torch.randint(0, len(train_idx), (32,), generator=batches)]
         loss = F.cross_entropy(model(images[i]), labels[i])
         opt.zero_grad()
         loss.backward()
@@ -167,7 +167,6 @@ def test_vit_reads_digits_and_uses_positions(digits):
     images, labels, _, test_idx = digits
     x, y = images[test_idx], labels[test_idx]
     rolled = x.roll(shifts=(4, 4), dims=(-2, -1))
-    gaps = []
     for seed in SEEDS:
         vit, bag = _train_vit(digits, True, seed), _train_vit(digits, False, seed)
         with torch.no_grad():
@@ -175,9 +174,7 @@ def test_vit_reads_digits_and_uses_positions(digits):
             acc_bag = float((bag(x).argmax(-1) == y).float().mean())
             acc_rolled = float((vit(rolled).argmax(-1) == y).float().mean())
             assert (bag(rolled) - bag(x)).abs().max() < 1e-4
-        assert acc > 0.9 and acc > acc_bag and acc_rolled < acc - 0.3, (seed, acc, acc_bag, acc_rolled)
-        gaps.append(acc - acc_bag)
-    assert sum(gaps) / len(gaps) > 0.02, gaps
+        assert acc > 0.9 and acc > acc_bag + 0.02 and acc_rolled < acc - 0.3, (seed, acc, acc_bag, acc_rolled)
 
 
 # ------------------------------------------------------------------------------ LSTM vs attention
