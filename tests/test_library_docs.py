@@ -27,7 +27,8 @@ from torch import nn
 from repo_paths import REPO
 
 MODULES = ["embedding", "attention", "multihead", "block", "stream", "positional", "moe", "bert",
-           "model", "loading", "counting", "config", "viz", "data", "train", "tiled", "memory"]
+           "model", "loading", "counting", "config", "viz", "data", "train", "tiled", "memory",
+           "efficient", "vision"]
 MAX_LINES = 300
 
 CHAPTER_END = re.compile(r"Chapters? \d+(?:(?:, \d+)* and \d+|–\d+)?\.\s*$")

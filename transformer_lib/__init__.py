@@ -14,6 +14,7 @@ One module per idea; import from the modules, e.g. ``from transformer_lib.attent
 - ``bert``        BERT-style encoder, the trained all-MiniLM-L6-v2  (Chapters 1, 5 and 9)
 - ``counting``    parameter and FLOP counting  (Chapter 9)
 - ``tiled``, ``memory``  tiled online-softmax attention, peak tensor memory  (Chapter 9)
+- ``efficient``, ``vision``  sliding-window and linear attention; patches and a ViT  (Chapter 10, appendix)
 - ``viz``, ``data``, ``train``, ``grading``  figures, toy data, training loop, exercise checks
 """
 
@@ -32,6 +33,8 @@ __all__ = [
     "counting",
     "tiled",
     "memory",
+    "efficient",
+    "vision",
     "viz",
     "data",
     "train",

@@ -15,6 +15,7 @@ TERMS = [
     ("teacher", "chapters/07_causal_masking.html"),
     ("Mixtral", "chapters/08_mixture_of_experts.html"),
     ("crossover", "chapters/09_parameter_and_flop_counting.html"),
+    ("Longformer", "chapters/appendix_beyond_words.html"),
 ]
 
 WAIT_FOR_RESULTS = """async () => {

@@ -188,3 +188,5 @@ from submissions.wrong_ch06 import WRONG as _ch06  # noqa: E402
 WRONG.update(_ch06)
 from submissions.wrong_ch08 import WRONG as _ch08  # noqa: E402
 WRONG.update(_ch08)
+from submissions.wrong_ch10 import WRONG as _ch10  # noqa: E402
+WRONG.update(_ch10)
