@@ -5,9 +5,10 @@ submission time out. It covers a correct and a blank submission, a kernel that d
 deleted check cells, checks monkeypatched (module attributes, or ``sys.modules``) to call the
 real checks with correct answers, a million printed lines, warnings, a hard-coded visible
 answer, the hidden tests smuggled into the feedback (plain, reversed, base64, as a class name),
-forged events, daemons, files that are not notebooks and output names that collide. A run with
-short limits (started first, in the background: it mostly waits) covers the time limits and a
-forged ``kernel_pid``; one more run is stopped by SIGTERM; one grades chapter 1.
+forged events, daemons, files that are not notebooks and output names that collide; it and the
+run a submission stops by SIGTERM use ``--sandbox none``. A run with short limits (started
+first, in the background: it mostly waits) covers the time limits and a forged ``kernel_pid``;
+one more grades chapter 1; these two use the sandbox where bubblewrap works.
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from transformer_lib.grading.notebook import check_cells, grade_id, hidden_lines
 
 GRADE_IDS = [grade_id(c) for _, c in check_cells(read(SOURCE))]
 GENEROUS = ("--cell-timeout", "120", "--timeout", "600")
+UNSANDBOXED = ("--sandbox", "none")  # the defences that hold without bubblewrap (the sandbox: test_grading_sandbox.py)
 
 
 def _command(source, *args: str) -> list[str]:
@@ -62,7 +64,7 @@ def graded(tmp_path_factory, limits):
     subs, out = tmp_path_factory.mktemp("submissions"), tmp_path_factory.mktemp("out")
     pid_file = tmp_path_factory.mktemp("daemons") / "pids"
     expected = build(subs, pid_file)
-    result = _grade(subs, "--out", out, "--jobs", "2", *GENEROUS)
+    result = _grade(subs, "--out", out, "--jobs", "2", *GENEROUS, *UNSANDBOXED)
     assert result.returncode == 0, result.stderr[-3000:]
     return expected, _rows(out), out, result, pid_file
 
@@ -163,7 +165,7 @@ def test_sigterm_writes_partial_reports(tmp_path):
     subs, out = tmp_path / "subs", tmp_path / "out"
     subs.mkdir()
     sigterm(subs)
-    result = _grade(subs, "--out", out, "--jobs", "1", "--quiet", *GENEROUS)
+    result = _grade(subs, "--out", out, "--jobs", "1", "--quiet", *GENEROUS, *UNSANDBOXED)
     assert result.returncode == 130, result.stderr[-3000:]
     assert "partial reports written" in result.stderr and "1 of 2 submissions graded" in result.stderr
     rows = _rows(out)

@@ -196,8 +196,9 @@ def time_limits(folder: Path, victim: int) -> dict[str, tuple[float, str]]:
     ``kernel_pid`` event naming ``victim``, an unrelated process the grader must not kill."""
     source = read(SOURCE)
     loop = as_handed_in(substitute(source, {"stable_softmax": "import time\nwhile True:\n    time.sleep(0.01)"}))
-    forge = ('import json, os\nwith open(os.path.join(os.readlink(f"/proc/{os.getppid()}/cwd"), "events.jsonl"), '
-             f'"a") as fh:\n    fh.write(json.dumps({{"kernel_pid": {victim}}}) + "\\n")\n')
+    forge = ('import json, os\ntry:  # in the sandbox the worker\'s /proc entry is not readable\n'
+             '    with open(os.path.join(os.readlink(f"/proc/{os.getppid()}/cwd"), "events.jsonl"), "a") as fh:\n'
+             f'        fh.write(json.dumps({{"kernel_pid": {victim}}}) + "\\n")\nexcept OSError:\n    pass\n')
     hang = _prepend_to(as_handed_in(source), "stable_softmax", forge + "import time\nwhile True:\n    try:\n"
                        "        time.sleep(0.1)\n    except KeyboardInterrupt:\n        pass")
     (folder / "loop_forever.ipynb").write_text(dumps(loop), encoding="utf-8")

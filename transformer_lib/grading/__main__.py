@@ -2,6 +2,7 @@
 
     release  [--source exercises/source] [--dest exercises] [--check]
     grade    SOURCE.ipynb SUBMISSION... --out DIR [--jobs N] [--cell-timeout S] [--timeout S] [--quiet]
+             [--sandbox auto|bwrap|none] [--memory GB]
     bench    [--n 20] [--jobs 2]
 """
 from __future__ import annotations
@@ -32,13 +33,15 @@ def _release(args: argparse.Namespace) -> int:
 def _grade(args: argparse.Namespace) -> int:
     from .grade import GradingError, GradingInterrupted, grade
     from .notebook import MarkerError
+    from .sandbox import SandboxError
 
     for signum in (signal.SIGINT, signal.SIGTERM):  # workers and kernels are killed, partial reports written
         signal.signal(signum, _interrupt)
     try:
         results = grade(args.source, args.submissions, args.out, jobs=args.jobs,
-                        cell_timeout=args.cell_timeout, timeout=args.timeout, progress=not args.quiet)
-    except (GradingError, MarkerError, FileNotFoundError) as err:
+                        cell_timeout=args.cell_timeout, timeout=args.timeout, progress=not args.quiet,
+                        sandbox=args.sandbox, memory=int(args.memory * 2**30))
+    except (GradingError, MarkerError, FileNotFoundError, SandboxError) as err:
         print(f"grading stopped: {err}", file=sys.stderr)
         return 2
     except GradingInterrupted as err:
@@ -82,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     gr.add_argument("--cell-timeout", type=float, default=30.0, help="seconds per cell before an interrupt")
     gr.add_argument("--timeout", type=float, default=300.0, help="seconds per notebook before it is killed")
     gr.add_argument("--quiet", action="store_true", help="no progress bar")
+    gr.add_argument("--sandbox", choices=("auto", "bwrap", "none"), default="auto",
+                    help="run each submission in bubblewrap (auto: where it works)")
+    gr.add_argument("--memory", type=float, default=4.0, help="GB of memory per submission before it is stopped")
     gr.set_defaults(run=_grade)
     be = sub.add_parser("bench", help="time the grading of n chapter-2 submissions")
     be.add_argument("--n", type=int, default=20)
