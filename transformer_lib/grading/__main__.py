@@ -4,6 +4,7 @@
     grade    SOURCE.ipynb SUBMISSION... --out DIR [--jobs N] [--cell-timeout S] [--timeout S] [--quiet]
              [--sandbox auto|bwrap|none] [--memory GB]
     bench    [--n 20] [--jobs 2]
+    gradescope SOURCE.ipynb --out autograder.zip
 """
 from __future__ import annotations
 
@@ -67,6 +68,13 @@ def _bench(args: argparse.Namespace) -> int:
     return 0 if bench_grading(n=args.n, jobs=args.jobs) else 1
 
 
+def _gradescope(args: argparse.Namespace) -> int:
+    from .gradescope import build
+
+    print(f"wrote {build(args.source, args.out)}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run the sub-command."""
     parser = argparse.ArgumentParser(prog="python -m transformer_lib.grading",
@@ -93,6 +101,10 @@ def main(argv: list[str] | None = None) -> int:
     be.add_argument("--n", type=int, default=20)
     be.add_argument("--jobs", type=int, default=2)
     be.set_defaults(run=_bench)
+    gs = sub.add_parser("gradescope", help="write a Gradescope autograder (zip) for one exercise notebook")
+    gs.add_argument("source", type=Path, help="the instructor notebook (exercises/source/NN_topic.ipynb)")
+    gs.add_argument("--out", type=Path, default=Path("autograder.zip"))
+    gs.set_defaults(run=_gradescope)
     args = parser.parse_args(argv)
     return args.run(args)
 

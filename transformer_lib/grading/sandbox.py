@@ -75,13 +75,13 @@ def command(argv: list[str], writable: list[str], cwd: str = "/") -> list[str]:
     if os.geteuid() != 0:
         args.append("--unshare-user")  # unprivileged bubblewrap needs a user namespace
     args += _system_binds()
+    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(TMP_BYTES), "--tmpfs", "/tmp"]
     roots = python_roots()
     parents = sorted({str(p) for r in roots for p in Path(r).parents if str(p) != "/"}, key=len)
     for parent in parents:  # folders bubblewrap makes are private to root unless told otherwise
         args += ["--perms", "0755", "--dir", parent]
     for root in roots:
         args += ["--ro-bind", root, root]
-    args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--size", str(TMP_BYTES), "--tmpfs", "/tmp"]
     for folder in writable:
         args += ["--bind", folder, folder]
     return [*args, "--chdir", cwd, "--", *argv]
