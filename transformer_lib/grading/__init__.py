@@ -6,14 +6,16 @@
 - ``fresh``     gives each check cell a freshly loaded copy of the checks
 - ``worker``, ``runner``, ``procs``  run one notebook in its own process and kernel, with time
   limits, and kill every process it started
+- ``sandbox``   bubblewrap around each submission's worker and kernel, and resource limits
 - ``records``   results the checks record, compared outside the student's kernel
 - ``grade``, ``scoring``, ``report``  the grading run, scoring, and the reports (grades.csv,
   results.json, feedback.md)
 - ``bench``     times the grading of 20 submissions
+- ``gradescope``  writes a Gradescope autograder for one exercise notebook
 
 Command line: ``python -m transformer_lib.grading release`` and
 ``python -m transformer_lib.grading grade SOURCE.ipynb SUBMISSIONS... --out DIR``.
 """
 
-__all__ = ["checks", "notebook", "prepare", "fresh", "worker", "runner", "procs", "records", "grade", "scoring",
-           "report", "bench"]
+__all__ = ["checks", "notebook", "prepare", "fresh", "worker", "runner", "procs", "sandbox", "records", "grade",
+           "scoring", "report", "bench", "gradescope"]
