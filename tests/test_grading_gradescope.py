@@ -23,7 +23,8 @@ SOURCE = REPO / "exercises" / "source" / "01_data_independent_weights.ipynb"
 @pytest.fixture(scope="module")
 def package(tmp_path_factory):
     out = tmp_path_factory.mktemp("gradescope") / "autograder.zip"
-    done = subprocess.run([sys.executable, "-m", "transformer_lib.grading", "gradescope", str(SOURCE), "--out", str(out)],
+    command = [sys.executable, "-m", "transformer_lib.grading", "gradescope", str(SOURCE), "--out", str(out)]
+    done = subprocess.run(command,
                           cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return out

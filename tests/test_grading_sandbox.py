@@ -57,7 +57,8 @@ def server():
 @pytest.fixture(scope="module")
 def outside_files():
     """Files a submission must not be able to create: in the repository and in $HOME."""
-    files = [REPO / f".sandbox-probe-{secrets.token_hex(4)}", os.path.expanduser(f"~/.sandbox-probe-{secrets.token_hex(4)}")]
+    name = f".sandbox-probe-{secrets.token_hex(4)}"
+    files = [REPO / name, os.path.expanduser(f"~/{name}")]
     yield [str(f) for f in files]
     for f in files:
         if os.path.exists(f):
@@ -65,7 +66,8 @@ def outside_files():
 
 
 def _harmless_attacks(subs, server, outside_files) -> dict[str, str]:
-    return {"read_instructor": attacks.read_instructor(SOURCE), "read_other": attacks.read_other(subs / "correct.ipynb"),
+    return {"read_instructor": attacks.read_instructor(SOURCE),
+            "read_other": attacks.read_other(subs / "correct.ipynb"),
             "connect": attacks.connect(server), "write_outside": attacks.write_outside(outside_files),
             "allocate_64_gb": attacks.ALLOCATE_64_GB}
 

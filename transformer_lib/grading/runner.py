@@ -213,7 +213,8 @@ def run_notebook(nb: nbformat.NotebookNode, cell_timeout: float = 30.0, timeout:
                 _LIVE.discard(proc)
             kill_tagged(result.token)
         _read_events(private / "events.jsonl", nb, result, output_cap)
-        if not (result.killed or result.out_of_memory) and (proc.returncode != 0 or not (result.finished or result.dead_at is not None)):
+        ended = result.finished or result.dead_at is not None
+        if not (result.killed or result.out_of_memory) and (proc.returncode != 0 or not ended):
             tail = (private / "worker.log").read_text(errors="replace")[-1500:]
             result.worker_error = f"worker exited with status {proc.returncode}: {tail.strip()}"
         for folder in sorted((private / "records").glob("*")):
