@@ -50,10 +50,12 @@ def limits(tmp_path_factory):
     victim = subprocess.Popen(["sleep", "600"], start_new_session=True)
     subs, out = tmp_path_factory.mktemp("limits"), tmp_path_factory.mktemp("limits_out")
     expected = time_limits(subs, victim.pid)
-    # loop_forever must finish within --timeout after losing --cell-timeout to its loop: kernel
-    # start, torch's import and the other cells get 80 s, even while the main run loads the machine.
-    proc = subprocess.Popen(_command(SOURCE, subs, "--out", out, "--jobs", "2", "--cell-timeout", "10",
-                                     "--timeout", "90", "--quiet"),
+    # Both limits are wall-clock times, and a busy machine stretches everything. The setup cell
+    # (torch's import) must stay under --cell-timeout: under load, with the main run beside this
+    # one, it once took more than 10 s, and a trivial cell after it too. And loop_forever must end
+    # within --timeout although its loop uses up --cell-timeout: the rest gets 135 s.
+    proc = subprocess.Popen(_command(SOURCE, subs, "--out", out, "--jobs", "2", "--cell-timeout", "45",
+                                     "--timeout", "180", "--quiet"),
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     yield expected, proc, out, victim
     for p in (proc, victim):
@@ -197,13 +199,13 @@ def test_chapter_1_correct_and_blank(tmp_path):
 
 def test_time_limits_and_a_forged_kernel_pid(limits):  # last: the run has been waiting in the background
     expected, proc, out, victim = limits
-    stdout, stderr = proc.communicate(timeout=600)
+    stdout, stderr = proc.communicate(timeout=900)
     assert proc.returncode == 0, stderr[-3000:]
     rows = _rows(out)
     for name, (score, note) in expected.items():
         assert float(rows[name]["total"]) == score and note in rows[name]["notes"], rows[name]
-    assert "ran longer than 90 s and was stopped" in rows["ignores_interrupts"]["notes"]
+    assert "ran longer than 180 s and was stopped" in rows["ignores_interrupts"]["notes"]
     assert rows["ignores_interrupts"]["check_hand_weights"] == "2"
     assert rows["ignores_interrupts"]["check_attention"] == "0"
-    assert "ran longer than 10 s and was interrupted" in rows["loop_forever"]["notes"]
+    assert "ran longer than 45 s and was interrupted" in rows["loop_forever"]["notes"]
     assert victim.poll() is None, "the grader killed a process named by a forged kernel_pid"

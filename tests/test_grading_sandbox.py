@@ -66,8 +66,10 @@ def outside_files():
 
 
 def _harmless_attacks(subs, server, outside_files) -> dict[str, str]:
-    return {"read_instructor": attacks.read_instructor(SOURCE),
-            "read_other": attacks.read_other(subs / "correct.ipynb"),
+    other = subs.parent / f"{subs.name}_other" / "a_student.ipynb"  # another student's hand-in, not graded here
+    other.parent.mkdir()
+    other.write_text(dumps(as_handed_in(read(SOURCE))), encoding="utf-8")
+    return {"read_instructor": attacks.read_instructor(SOURCE), "read_other": attacks.read_other(other),
             "connect": attacks.connect(server), "write_outside": attacks.write_outside(outside_files),
             "allocate_64_gb": attacks.ALLOCATE_64_GB}
 
@@ -76,6 +78,10 @@ def _correct_and_blank(subs) -> None:
     source = read(SOURCE)
     (subs / "correct.ipynb").write_text(dumps(as_handed_in(source)), encoding="utf-8")
     (subs / "blank.ipynb").write_text(dumps(release(source)), encoding="utf-8")
+
+
+def _correct(subs) -> None:
+    (subs / "correct.ipynb").write_text(dumps(as_handed_in(read(SOURCE))), encoding="utf-8")
 
 
 @pytest.fixture(scope="module")
@@ -96,7 +102,7 @@ def sandboxed(tmp_path_factory, server, outside_files):
 @pytest.fixture(scope="module")
 def unsandboxed(tmp_path_factory, server, outside_files):
     subs, out = tmp_path_factory.mktemp("unsandboxed"), tmp_path_factory.mktemp("unsandboxed_out")
-    _correct_and_blank(subs)
+    _correct(subs)
     attacks.write(subs, _harmless_attacks(subs, server, outside_files))
     created_before = [os.path.exists(f) for f in outside_files]
     result = subprocess.run(_command(subs, out, "--sandbox", "none"), cwd=REPO, capture_output=True, text=True,
