@@ -90,12 +90,20 @@ for _kill in (os.kill, os.killpg):
 '''
 
 
-FORK_BOMB = '''
+def _name(marker: str) -> str:
+    """Code that names the current process ``marker`` (its ``comm``), so a test can look for it."""
+    return f"import ctypes; ctypes.CDLL(None).prctl(15, {marker.encode()!r}, 0, 0, 0)"
+
+
+def fork_bomb(marker: str) -> str:
+    """Fork until the system says no; each child, named ``marker``, sleeps (processes without bound, not CPU)."""
+    return f'''
 import os, time
 _n = 0
 try:
     while _n < 20000:
-        if os.fork() == 0:  # each child sleeps: processes without bound, not CPU
+        if os.fork() == 0:
+            {_name(marker)}
             time.sleep(3600)
             os._exit(0)
         _n += 1
@@ -104,6 +112,7 @@ except OSError:
 if _n >= 20000:
     raise RuntimeError("forked without bound")
 '''
+
 
 ALLOCATE_64_GB = '''
 try:
@@ -114,12 +123,14 @@ else:
     raise RuntimeError("allocated 64 GB")
 '''
 
-# Eight processes holding 400 MB each (written, so resident): 3.2 GB in all, each under the
-# per-process limit of a 2 GB run, together over it.
-MEMORY_HOG = '''
+def memory_hog(marker: str) -> str:
+    """Eight processes (named ``marker``) holding 400 MB each, written, so resident: 3.2 GB in
+    all, each under the per-process limit of a 2 GB run, together over it."""
+    return f'''
 import os, time
 for _ in range(8):
     if os.fork() == 0:
+        {_name(marker)}
         _block = bytearray(400 * 2**20)
         time.sleep(600)
         os._exit(0)
