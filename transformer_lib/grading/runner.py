@@ -21,6 +21,7 @@ import json
 import os
 import secrets
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -127,8 +128,6 @@ def _read_events(path: Path, nb: nbformat.NotebookNode, result: RunResult, cap: 
 
 
 def _regular(fd: int) -> bool:
-    import stat
-
     return stat.S_ISREG(os.fstat(fd).st_mode)
 
 
