@@ -1,4 +1,4 @@
-"""Time the autograder: 20 submissions of the chapter 2 exercises with --jobs 2 (< 60 s)."""
+"""Time the autograder: 20 sandboxed submissions of the chapter 2 exercises with --jobs 2 (>= 30 a minute)."""
 from __future__ import annotations
 
 import sys

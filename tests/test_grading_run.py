@@ -45,6 +45,34 @@ def test_events_are_type_checked_and_only_the_last_line_says_how_the_run_ended(t
     assert result.finished and result.dead_at is None
 
 
+def test_events_and_records_are_read_only_from_regular_files(tmp_path):
+    """A kernel could replace them by a FIFO (the grader would block) or a link to the grader's files."""
+    import threading
+
+    from transformer_lib.grading.records import load_records
+
+    nb = read(SOURCE)
+    real = tmp_path / "real.jsonl"
+    real.write_text(json.dumps({"cell": check_cells(nb)[0][0], "status": "ok"}) + "\n" + json.dumps({"done": True}))
+    os.mkfifo(tmp_path / "fifo.jsonl")
+    (tmp_path / "link.jsonl").symlink_to(real)
+    (tmp_path / "records").mkdir()
+    os.mkfifo(tmp_path / "records" / "00-x.npz")
+    results = {}
+
+    def read_all() -> None:
+        for name in ("real", "fifo", "link"):
+            run = RunResult()
+            _read_events(tmp_path / f"{name}.jsonl", nb, run, 100)
+            results[name] = (len(run.cells), run.finished)
+        results["records"] = load_records(tmp_path / "records")
+
+    thread = threading.Thread(target=read_all, daemon=True)
+    thread.start()
+    thread.join(10)
+    assert results == {"real": (1, True), "fifo": (0, False), "link": (0, False), "records": {}}
+
+
 def test_output_names_are_unique_and_never_grades_csv():
     files = ["grades.csv.ipynb", "GRADES.CSV.ipynb", "a b.ipynb", "a_b.ipynb", "a_b-2.ipynb", "A_B.ipynb",
              "..ipynb", "x/.hidden.ipynb", f"{'n' * 300}.ipynb"]

@@ -192,6 +192,20 @@ def test_check_cells_load_fresh_checks_and_still_pass_on_the_solutions():
     assert set(run_inprocess(prepared).values()) == {None}
 
 
+def test_a_check_cell_loads_only_the_chapters_whose_checks_the_notebook_calls():
+    from transformer_lib.grading.fresh import files
+
+    assert files({"check_stable_softmax", "check_attention"}) == ("_checktools", "checks.ch02_attention", "checks")
+    assert len(files({"check_stable_softmax", "check_no_such_thing"})) == len(files())  # unknown: all of them
+    namespace: dict = {}
+    exec(loader("_grading_test_fresh_ch02", names={"check_stable_softmax"}), namespace)  # noqa: S102
+    loaded = namespace["checks"]
+    assert loaded.check_stable_softmax.__module__.endswith("checks.ch02_attention")
+    assert hasattr(loaded, "CheckFailed")
+    assert not [n for n in dir(checks) if n.startswith("check_") and n not in dir(ch02_attention)
+                and hasattr(loaded, n)]
+
+
 def test_no_module_level_helper_computes_an_answer():
     for module, name in [(ch02_attention, "_hand"), (ch01_embeddings, "_nw_reference"),
                          (ch02_attention, "_weights"), (ch02_attention, "_score_variance")]:

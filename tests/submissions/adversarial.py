@@ -98,7 +98,9 @@ with open(_events, "a") as fh:
 def daemons(pid_file: Path) -> str:
     """A cell that leaves processes behind, and writes their pids to ``pid_file``: a setsid
     daemon, one with an empty environment (no grading token), and a double-forked one that also
-    clears its environment."""
+    clears its environment. The cell ends only once all three have written their pids (else,
+    on a busy machine, the worker could kill the last one before it wrote, and the test would
+    count two)."""
     return f'''
 import subprocess, sys
 _pids = [subprocess.Popen(["setsid", "sleep", "300"]).pid,
@@ -108,6 +110,10 @@ _code = "import os, sys, time\\nif os.fork(): os._exit(0)\\nos.setsid()\\n" \\
 subprocess.Popen([sys.executable, "-c", _code, {str(pid_file)!r}], env={{}}, start_new_session=True)
 with open({str(pid_file)!r}, "a") as fh:
     fh.write("".join(f"{{pid}}\\n" for pid in _pids))
+import time
+_until = time.monotonic() + 60  # on a busy machine the double-forked daemon may take a while to start
+while len(open({str(pid_file)!r}).read().split()) < 3 and time.monotonic() < _until:
+    time.sleep(0.05)
 '''
 
 
@@ -196,8 +202,9 @@ def time_limits(folder: Path, victim: int) -> dict[str, tuple[float, str]]:
     ``kernel_pid`` event naming ``victim``, an unrelated process the grader must not kill."""
     source = read(SOURCE)
     loop = as_handed_in(substitute(source, {"stable_softmax": "import time\nwhile True:\n    time.sleep(0.01)"}))
-    forge = ('import json, os\nwith open(os.path.join(os.readlink(f"/proc/{os.getppid()}/cwd"), "events.jsonl"), '
-             f'"a") as fh:\n    fh.write(json.dumps({{"kernel_pid": {victim}}}) + "\\n")\n')
+    forge = ('import json, os\ntry:  # in the sandbox the worker\'s /proc entry is not readable\n'
+             '    with open(os.path.join(os.readlink(f"/proc/{os.getppid()}/cwd"), "events.jsonl"), "a") as fh:\n'
+             f'        fh.write(json.dumps({{"kernel_pid": {victim}}}) + "\\n")\nexcept OSError:\n    pass\n')
     hang = _prepend_to(as_handed_in(source), "stable_softmax", forge + "import time\nwhile True:\n    try:\n"
                        "        time.sleep(0.1)\n    except KeyboardInterrupt:\n        pass")
     (folder / "loop_forever.ipynb").write_text(dumps(loop), encoding="utf-8")

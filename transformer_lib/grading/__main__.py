@@ -2,8 +2,10 @@
 
     release  [--source exercises/source] [--dest exercises] [--check]
     grade    SOURCE.ipynb SUBMISSION... --out DIR [--jobs N] [--cell-timeout S] [--timeout S] [--quiet]
+             [--sandbox auto|bwrap|none] [--memory GB]
     check    STUDENT.ipynb [--source INSTRUCTOR.ipynb] [--cell-timeout S] [--timeout S]
     bench    [--n 20] [--jobs 2]
+    gradescope SOURCE.ipynb --out autograder.zip
 """
 from __future__ import annotations
 
@@ -33,13 +35,15 @@ def _release(args: argparse.Namespace) -> int:
 def _grade(args: argparse.Namespace) -> int:
     from .grade import GradingError, GradingInterrupted, grade
     from .notebook import MarkerError
+    from .sandbox import SandboxError
 
     for signum in (signal.SIGINT, signal.SIGTERM):  # workers and kernels are killed, partial reports written
         signal.signal(signum, _interrupt)
     try:
         results = grade(args.source, args.submissions, args.out, jobs=args.jobs,
-                        cell_timeout=args.cell_timeout, timeout=args.timeout, progress=not args.quiet)
-    except (GradingError, MarkerError, FileNotFoundError) as err:
+                        cell_timeout=args.cell_timeout, timeout=args.timeout, progress=not args.quiet,
+                        sandbox=args.sandbox, memory=int(args.memory * 2**30))
+    except (GradingError, MarkerError, FileNotFoundError, SandboxError) as err:
         print(f"grading stopped: {err}", file=sys.stderr)
         return 2
     except GradingInterrupted as err:
@@ -78,6 +82,13 @@ def _bench(args: argparse.Namespace) -> int:
     return 0 if bench_grading(n=args.n, jobs=args.jobs) else 1
 
 
+def _gradescope(args: argparse.Namespace) -> int:
+    from .gradescope import build
+
+    print(f"wrote {build(args.source, args.out)}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse the command line and run the sub-command."""
     parser = argparse.ArgumentParser(prog="python -m transformer_lib.grading",
@@ -96,6 +107,9 @@ def main(argv: list[str] | None = None) -> int:
     gr.add_argument("--cell-timeout", type=float, default=30.0, help="seconds per cell before an interrupt")
     gr.add_argument("--timeout", type=float, default=300.0, help="seconds per notebook before it is killed")
     gr.add_argument("--quiet", action="store_true", help="no progress bar")
+    gr.add_argument("--sandbox", choices=("auto", "bwrap", "none"), default="auto",
+                    help="run each submission in bubblewrap (auto: where it works)")
+    gr.add_argument("--memory", type=float, default=4.0, help="GB of memory per submission before it is stopped")
     gr.set_defaults(run=_grade)
     ch = sub.add_parser("check", help="run your exercise notebook as the grader will, visible checks only")
     ch.add_argument("notebook", type=Path, help="your notebook (exercises/NN_topic.ipynb)")
@@ -107,6 +121,10 @@ def main(argv: list[str] | None = None) -> int:
     be.add_argument("--n", type=int, default=20)
     be.add_argument("--jobs", type=int, default=2)
     be.set_defaults(run=_bench)
+    gs = sub.add_parser("gradescope", help="write a Gradescope autograder (zip) for one exercise notebook")
+    gs.add_argument("source", type=Path, help="the instructor notebook (exercises/source/NN_topic.ipynb)")
+    gs.add_argument("--out", type=Path, default=Path("autograder.zip"))
+    gs.set_defaults(run=_gradescope)
     args = parser.parse_args(argv)
     return args.run(args)
 

@@ -32,6 +32,7 @@ from .procs import kill_tagged
 from .records import Records
 from .report import write_reports
 from .runner import RunResult, allow_runs, run_notebook, stop_all
+from .sandbox import MEMORY_BYTES, resolve as resolve_sandbox
 from .scoring import Check, CheckResult, SubmissionResult, redact, score, zeros
 
 __all__ = ["grade", "collect", "GradingError", "GradingInterrupted", "Check", "CheckResult",
@@ -80,14 +81,14 @@ def unique_names(paths: list[Path]) -> list[str]:
 
 
 def _reference(instructor, checks: list[Check], loader: str, cell_timeout: float, timeout: float,
-               prefix: str) -> dict[str, Records]:
+               prefix: str, sandboxed: bool = False, memory: int = MEMORY_BYTES) -> dict[str, Records]:
     """The instructor run's records (cached), after making sure every check passed on the solutions."""
     key = hashlib.sha256(dumps(instructor).encode()).hexdigest()
     if key in _REFERENCE_CACHE:
         return _REFERENCE_CACHE[key]
     cell_limit, limit = max(4 * cell_timeout, REFERENCE_CELL_TIMEOUT), max(4 * timeout, REFERENCE_TIMEOUT)
     prepared = use_fresh_checks(restore_checks(instructor, instructor)[0], loader)
-    run = run_notebook(prepared, cell_limit, limit, token_prefix=prefix)
+    run = run_notebook(prepared, cell_limit, limit, token_prefix=prefix, sandbox=sandboxed, memory=memory)
     if run.killed:
         raise GradingError(f"the instructor notebook timed out: it ran longer than {limit:g} s")
     status = {e["grade_id"]: e for e in run.cells if e["grade_id"]}
@@ -107,11 +108,13 @@ def _reference(instructor, checks: list[Check], loader: str, cell_timeout: float
 
 
 def _run_all(prepared: dict[int, object], runs: dict[int, RunResult], jobs: int, cell_timeout: float,
-             timeout: float, prefix: str, progress: bool) -> None:
+             timeout: float, prefix: str, progress: bool, sandboxed: bool = False,
+             memory: int = MEMORY_BYTES) -> None:
     """Run the prepared submissions, ``jobs`` at a time, filling ``runs`` as they finish."""
     pool = cf.ThreadPoolExecutor(max_workers=max(1, jobs))
     try:
-        futures = {pool.submit(run_notebook, nb, cell_timeout, timeout, token_prefix=prefix): i
+        futures = {pool.submit(run_notebook, nb, cell_timeout, timeout, token_prefix=prefix, sandbox=sandboxed,
+                               memory=memory): i
                    for i, nb in prepared.items()}
         with tqdm(total=len(futures), desc="grading", unit="nb", disable=not progress) as bar:
             for fut in cf.as_completed(futures):
@@ -161,8 +164,11 @@ def _score_all(results: list[SubmissionResult], prepared: dict, runs: dict[int, 
 
 def grade(instructor_path: Path | str, submissions: list[Path | str], out_dir: Path | str,
           jobs: int = 1, cell_timeout: float = 30.0, timeout: float = 300.0,
-          progress: bool = True) -> list[SubmissionResult]:
-    """Grade ``submissions`` (files or folders) and write the reports into ``out_dir``."""
+          progress: bool = True, sandbox: str = "auto", memory: int = MEMORY_BYTES) -> list[SubmissionResult]:
+    """Grade ``submissions`` (files or folders) and write the reports into ``out_dir``;
+    ``sandbox``: ``auto``, ``bwrap`` or ``none``; ``memory``: bytes per submission (see
+    :mod:`~transformer_lib.grading.sandbox`)."""
+    sandboxed = resolve_sandbox(sandbox)
     instructor = read(instructor_path)
     validate(instructor)
     checks = [Check(grade_id(c), float(c.metadata["nbgrader"]["points"]), hidden_lines(c.source))
@@ -184,8 +190,8 @@ def grade(instructor_path: Path | str, submissions: list[Path | str], out_dir: P
     runs: dict[int, RunResult] = {}
     reference, got = None, []
     try:
-        reference = _reference(instructor, checks, loader, cell_timeout, timeout, prefix)
-        _run_all(prepared, runs, jobs, cell_timeout, timeout, prefix, progress)
+        reference = _reference(instructor, checks, loader, cell_timeout, timeout, prefix, sandboxed, memory)
+        _run_all(prepared, runs, jobs, cell_timeout, timeout, prefix, progress, sandboxed, memory)
     except KeyboardInterrupt:
         got.append(signal.SIGINT)
     with _signals_deferred(got):

@@ -23,6 +23,8 @@ def load_records(folder: Path) -> Records:
     if not folder.is_dir():
         return out
     for path in sorted(folder.glob("*.npz")):
+        if not path.is_file() or path.is_symlink():  # never a link, a FIFO or a device the kernel made
+            continue
         try:
             with zipfile.ZipFile(path) as zf:
                 if sum(info.file_size for info in zf.infolist()) > MAX_ARRAY_BYTES:

@@ -9,12 +9,19 @@ process carrying the token is killed too. Student code never runs in the calling
 The events the worker wrote are read as hostile data (the kernel can write to that file too):
 every field is type-checked, a cell's ``grade_id`` is taken from the notebook, not the file,
 and malformed lines are ignored.
+
+With ``sandbox=True`` the worker (and so its kernel) runs inside bubblewrap
+(:mod:`~transformer_lib.grading.sandbox`), where only the run's two folders are writable and
+visible of everything the grader has. In every mode the worker limits the memory of each
+process, and the runner stops a run whose processes together hold more than ``memory`` bytes.
 """
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -29,9 +36,15 @@ import nbformat
 from .notebook import grade_id, is_check
 from .procs import kernel_env, kill_tagged, kill_tree
 from .records import Records, load_records
+from .sandbox import MEMORY_BYTES, command, sandbox_uid, tree_memory
 
 OUTPUT_CAP = 10_000  # characters of output stored per cell
 MAX_EVENTS_BYTES = 20_000_000
+POLL_S = 0.5  # how often the memory of a run's processes is measured (about 6 ms each)
+# Variables naming the grader's own folders: inside the sandbox, the kernel's home stands in for them.
+HOST_FOLDERS = ("TMPDIR", "MPLCONFIGDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_RUNTIME_DIR",
+                "JUPYTER_PATH", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "IPYTHONDIR",
+                "HF_HOME", "TORCH_HOME")
 
 
 @dataclass
@@ -43,6 +56,7 @@ class RunResult:
     dead_at: int | None = None  # index of the cell during which the kernel died
     dead_label: str | None = None  # that cell's grade_id, if it has one
     killed: bool = False  # the whole-notebook time limit was hit
+    out_of_memory: bool = False  # the run's processes held more than the memory limit, and were stopped
     finished: bool = False
     worker_error: str = ""
     seconds: float = 0.0
@@ -87,9 +101,13 @@ def _read_events(path: Path, nb: nbformat.NotebookNode, result: RunResult, cap: 
     """Fill ``result`` from the events file, ignoring whatever is malformed. How the run ended
     (``done`` or ``dead``) is taken from the last line only: the worker writes it after its kernel
     has gone, so a line the kernel forged is never last."""
-    if not path.exists():
+    try:  # a regular file only: never follow a link, never block on a FIFO the kernel made
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
         return
-    with open(path, encoding="utf-8", errors="replace") as fh:
+    with open(fd, encoding="utf-8", errors="replace") as fh:
+        if not _regular(fd):
+            return
         lines = fh.read(MAX_EVENTS_BYTES).splitlines()
     raw: object = None
     for line in lines:
@@ -109,11 +127,56 @@ def _read_events(path: Path, nb: nbformat.NotebookNode, result: RunResult, cap: 
         result.dead_label = grade_id(nb.cells[result.dead_at]) if result.dead_at >= 0 else None
 
 
+def _regular(fd: int) -> bool:
+    return stat.S_ISREG(os.fstat(fd).st_mode)
+
+
+def _wait(proc: subprocess.Popen, job: bytes, timeout: float, memory: int, result: RunResult) -> None:
+    """Give the worker its job and wait for it, stopping it at ``timeout`` or at ``memory`` bytes."""
+    assert proc.stdin is not None
+    try:
+        proc.stdin.write(job)
+        proc.stdin.close()
+    except OSError:
+        pass
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            proc.wait(timeout=max(0.0, min(POLL_S, deadline - time.monotonic())))
+            return
+        except subprocess.TimeoutExpired:
+            pass
+        if time.monotonic() >= deadline:
+            result.killed = True
+        elif tree_memory(proc.pid, memory) > memory:
+            result.out_of_memory = True
+        else:
+            continue
+        kill_tree(proc.pid)
+        proc.wait()
+        return
+
+
+def _sandbox_env(env: dict[str, str], home: Path) -> dict[str, str]:
+    """The kernel's environment inside the sandbox: no folder of the grader's, a home of its own."""
+    kept = {key: value for key, value in env.items() if key not in HOST_FOLDERS}
+    return {**kept, "HOME": str(home), "TMPDIR": "/tmp", "MPLCONFIGDIR": str(home / ".matplotlib")}
+
+
+def _chown_all(folder: Path, uid: int) -> None:
+    for root, dirs, files in os.walk(folder):
+        for name in [root, *(os.path.join(root, n) for n in dirs + files)]:
+            os.chown(name, uid, uid, follow_symlinks=False)
+
+
 def run_notebook(nb: nbformat.NotebookNode, cell_timeout: float = 30.0, timeout: float = 300.0,
-                 output_cap: int = OUTPUT_CAP, token_prefix: str = "") -> RunResult:
+                 output_cap: int = OUTPUT_CAP, token_prefix: str = "", sandbox: bool = False,
+                 memory: int = MEMORY_BYTES) -> RunResult:
     """Execute ``nb`` in a worker process; never raises because of what the notebook does.
 
-    The run's token is ``token_prefix`` plus a random part (``result.token``).
+    The run's token is ``token_prefix`` plus a random part (``result.token``). With ``sandbox``
+    the worker runs in bubblewrap (the caller checked that it works). ``memory`` limits each
+    process's address space and the resident memory of all the run's processes together.
     """
     start = time.perf_counter()
     result = RunResult(token=token_prefix + secrets.token_hex(8))
@@ -124,29 +187,33 @@ def run_notebook(nb: nbformat.NotebookNode, cell_timeout: float = 30.0, timeout:
         live.mkdir()
         cwd.mkdir()
         nbformat.write(nb, str(private / "notebook.ipynb"))
+        uid = sandbox_uid() if sandbox else None
         job = {"notebook": str(private / "notebook.ipynb"), "events": str(private / "events.jsonl"),
                "records": str(private / "records"), "live": str(live), "cwd": str(cwd),
-               "cell_timeout": cell_timeout, "output_cap": output_cap}
+               "cell_timeout": cell_timeout, "output_cap": output_cap, "memory": memory, "sandboxed": sandbox,
+               "uid": uid}
+        argv, env = [sys.executable, "-m", "transformer_lib.grading.worker"], kernel_env(str(live), result.token)
+        if sandbox:
+            (public / "home").mkdir()
+            argv, env = command(argv, [str(private), str(public)], str(private)), _sandbox_env(env, public / "home")
+            if uid is not None:
+                for folder in (private, public):
+                    _chown_all(folder, uid)
         with open(private / "worker.log", "wb") as log, _LOCK:
             if _STOPPING.is_set():
                 raise KeyboardInterrupt("grading was stopped")
-            proc = subprocess.Popen([sys.executable, "-m", "transformer_lib.grading.worker"],
-                                    stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
-                                    cwd=private, env=kernel_env(str(live), result.token),
-                                    start_new_session=True)
+            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
+                                    cwd=private, env=env, start_new_session=True)
             _LIVE.add(proc)
         try:
-            proc.communicate(json.dumps(job).encode(), timeout=timeout)
-        except subprocess.TimeoutExpired:
-            result.killed = True
-            kill_tree(proc.pid)
-            proc.wait()
+            _wait(proc, json.dumps(job).encode(), timeout, memory, result)
         finally:
             with _LOCK:
                 _LIVE.discard(proc)
             kill_tagged(result.token)
         _read_events(private / "events.jsonl", nb, result, output_cap)
-        if not result.killed and (proc.returncode != 0 or not (result.finished or result.dead_at is not None)):
+        ended = result.finished or result.dead_at is not None
+        if not (result.killed or result.out_of_memory) and (proc.returncode != 0 or not ended):
             tail = (private / "worker.log").read_text(errors="replace")[-1500:]
             result.worker_error = f"worker exited with status {proc.returncode}: {tail.strip()}"
         for folder in sorted((private / "records").glob("*")):

@@ -74,6 +74,8 @@ def error_message(event: dict, token: str) -> str:
 
 
 def _stop_reason(run: RunResult, timeout: float) -> str:
+    if run.out_of_memory:
+        return "the notebook used more memory than allowed and was stopped"
     if run.killed:
         return f"the notebook ran longer than {timeout:g} s and was stopped"
     if run.dead_at is not None:
@@ -95,7 +97,7 @@ def score(run: RunResult, checks: list[Check], reference: dict[str, Records],
         if e["truncated"]:
             notes.append(f"the output of {name} was cut to its first {len(e['output'])} characters")
     stop = _stop_reason(run, timeout)
-    if run.killed or run.dead_at is not None:
+    if run.killed or run.out_of_memory or run.dead_at is not None:
         notes.append(f"{stop}; the checks after it were not run and score 0")
     if run.worker_error:
         notes.append(run.worker_error)

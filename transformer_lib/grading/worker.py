@@ -11,6 +11,9 @@ graded survives even if the whole process group is later killed:
   "output", "truncated"}`` per executed code cell (status from the kernel's execute_reply);
 - ``{"dead": i}`` if the kernel died while running cell ``i``; ``{"done": true}`` at the end.
 
+Before anything else the worker sets the limits its kernel inherits and, in the sandbox when the
+grader is root, becomes the run's own user (:mod:`~transformer_lib.grading.sandbox`).
+
 For a check cell, the ``.npz`` files the checks wrote into the kernel's record folder during
 that cell are moved to ``records/<grade_id>/``; anything found there before the cell is removed.
 """
@@ -33,6 +36,7 @@ from nbclient.exceptions import DeadKernelError
 
 from .notebook import grade_id, is_check
 from .procs import adopt_orphans, kill_descendants
+from .sandbox import MEMORY_BYTES, apply_limits, drop_privileges
 
 MAX_RECORD_FILE = 5_000_000  # bytes per .npz file moved out of the kernel's folder
 
@@ -146,7 +150,11 @@ def main() -> int:
     _exit_with_parent()
     adopt_orphans()
     job = json.loads(sys.stdin.read())
+    apply_limits(int(job.get("memory", MEMORY_BYTES)), bool(job.get("sandboxed")))
+    if job.get("uid") is not None:
+        drop_privileges(int(job["uid"]))
     nb = nbformat.read(job["notebook"], as_version=4)
+    os.unlink(job["notebook"])  # it holds the hidden tests of every check: gone before the kernel starts
     client = GradingClient(nb, job)
     try:
         client.execute(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

@@ -1,0 +1,187 @@
+"""The sandbox, end to end: chapter 2 submissions that attack the grader's machine.
+
+One run with ``--sandbox bwrap`` grades a correct and a blank submission and one submission per
+attack (see ``submissions/sandbox_attacks.py``): reading the instructor notebook, reading
+another submission, a TCP connection to a server this test opens on 127.0.0.1, writing into
+the repository and $HOME, SIGTERM to the grader, a fork bomb, a 64 GB allocation, and several
+processes that together hold more memory than allowed. Each attack fails and the submission
+scores its honest points. A run with ``--sandbox none`` grades the attacks that are harmless
+without a sandbox, and they succeed there: the attacks are real. Without a working bubblewrap
+these tests are skipped, unless GRADING_SANDBOX_REQUIRED=1 (as in CI).
+"""
+from __future__ import annotations
+
+import csv
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from repo_paths import REPO
+from submissions import sandbox_attacks as attacks
+from submissions.adversarial import SOURCE
+from submissions.helpers import as_handed_in
+from transformer_lib.grading import sandbox
+from transformer_lib.grading.notebook import dumps, read, release
+
+WHY = sandbox.probe()
+if WHY is not None and os.environ.get("GRADING_SANDBOX_REQUIRED") == "1":
+    raise RuntimeError(f"GRADING_SANDBOX_REQUIRED=1 but {WHY}")
+needs_bwrap = pytest.mark.skipif(WHY is not None, reason=f"no sandbox here: {WHY}")
+LIMITS = ("--cell-timeout", "120", "--timeout", "600", "--quiet")
+MARKER = f"sbx{secrets.token_hex(4)}"  # the name the fork bomb's and the memory hog's children take
+
+
+def _command(subs, out, *args: str) -> list[str]:
+    return [sys.executable, "-m", "transformer_lib.grading", "grade", str(SOURCE), str(subs), "--out", str(out),
+            "--jobs", "2", *LIMITS, *args]
+
+
+def _rows(out) -> dict[str, dict[str, str]]:
+    with open(out / "grades.csv", newline="", encoding="utf-8") as fh:
+        return {row["submission"]: row for row in csv.DictReader(fh)}
+
+
+@pytest.fixture(scope="module")
+def server():
+    """A TCP server on the grader's 127.0.0.1 (connections queue in the backlog; none is accepted)."""
+    sock = socket.create_server(("127.0.0.1", 0))
+    yield sock.getsockname()[1]
+    sock.close()
+
+
+@pytest.fixture(scope="module")
+def outside_files():
+    """Files a submission must not be able to create: in the repository and in $HOME."""
+    name = f".sandbox-probe-{secrets.token_hex(4)}"
+    files = [REPO / name, os.path.expanduser(f"~/{name}")]
+    yield [str(f) for f in files]
+    for f in files:
+        if os.path.exists(f):
+            os.unlink(f)
+
+
+def _harmless_attacks(subs, server, outside_files) -> dict[str, str]:
+    other = subs.parent / f"{subs.name}_other" / "a_student.ipynb"  # another student's hand-in, not graded here
+    other.parent.mkdir()
+    other.write_text(dumps(as_handed_in(read(SOURCE))), encoding="utf-8")
+    return {"read_instructor": attacks.read_instructor(SOURCE), "read_other": attacks.read_other(other),
+            "connect": attacks.connect(server), "write_outside": attacks.write_outside(outside_files),
+            "allocate_64_gb": attacks.ALLOCATE_64_GB}
+
+
+def _correct_and_blank(subs) -> None:
+    source = read(SOURCE)
+    (subs / "correct.ipynb").write_text(dumps(as_handed_in(source)), encoding="utf-8")
+    (subs / "blank.ipynb").write_text(dumps(release(source)), encoding="utf-8")
+
+
+def _correct(subs) -> None:
+    (subs / "correct.ipynb").write_text(dumps(as_handed_in(read(SOURCE))), encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def sandboxed(tmp_path_factory, server, outside_files):
+    subs, out = tmp_path_factory.mktemp("sandboxed"), tmp_path_factory.mktemp("sandboxed_out")
+    _correct_and_blank(subs)
+    # The grader's pid is known before it starts: the shell waits for a line, then execs it.
+    proc = subprocess.Popen(["sh", "-c", 'read _ && exec "$@"', "sh",
+                             *_command(subs, out, "--sandbox", "bwrap", "--memory", "2")],
+                            cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    attacks.write(subs, {**_harmless_attacks(subs, server, outside_files),
+                         "signal_grader": attacks.signal_grader(proc.pid), "fork_bomb": attacks.fork_bomb(MARKER),
+                         "memory_hog": attacks.memory_hog(MARKER)})
+    stdout, stderr = proc.communicate("go\n", timeout=900)
+    return proc.returncode, stdout, stderr, out
+
+
+@pytest.fixture(scope="module")
+def unsandboxed(tmp_path_factory, server, outside_files):
+    subs, out = tmp_path_factory.mktemp("unsandboxed"), tmp_path_factory.mktemp("unsandboxed_out")
+    _correct(subs)
+    attacks.write(subs, _harmless_attacks(subs, server, outside_files))
+    created_before = [os.path.exists(f) for f in outside_files]
+    result = subprocess.run(_command(subs, out, "--sandbox", "none"), cwd=REPO, capture_output=True, text=True,
+                            timeout=900)
+    written = [os.path.exists(f) for f in outside_files]
+    for f in outside_files:
+        if os.path.exists(f):
+            os.unlink(f)
+    return result, out, created_before, written
+
+
+@needs_bwrap
+@pytest.mark.parametrize("name", ["correct", "read_instructor", "read_other", "connect", "write_outside",
+                                  "signal_grader", "fork_bomb", "allocate_64_gb"])
+def test_each_attack_fails_and_the_submission_earns_its_honest_points(sandboxed, name):
+    returncode, _, stderr, out = sandboxed
+    assert returncode == 0, stderr[-3000:]
+    row = _rows(out)[name]
+    assert (row["total"], row["notes"]) == ("12", ""), row
+
+
+@needs_bwrap
+def test_the_grader_survives_and_nothing_was_written_outside(sandboxed, outside_files):
+    returncode, stdout, stderr, out = sandboxed
+    assert returncode == 0 and "reports written" in stdout, stderr[-3000:]
+    assert _rows(out)["blank"]["total"] == "0"
+    assert not [f for f in outside_files if os.path.exists(f)]
+
+
+@needs_bwrap
+def test_memory_over_the_limit_stops_the_submission_with_a_note(sandboxed):
+    row = _rows(sandboxed[3])["memory_hog"]
+    assert row["total"] == "6" and "used more memory than allowed and was stopped" in row["notes"], row
+    assert row["check_stable_softmax"] == "2" and row["check_attention"] == "0"
+
+
+@needs_bwrap
+def test_no_sandboxed_process_outlives_the_run(sandboxed):
+    """The fork bomb's and the memory hog's children (named MARKER) are all gone."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        left = [p.pid for p in psutil.process_iter(["name"]) if p.info["name"] == MARKER]
+        if not left:
+            break
+        time.sleep(0.1)
+    assert not left
+
+
+@pytest.mark.parametrize("name", ["read_instructor", "read_other", "connect", "write_outside"])
+def test_without_the_sandbox_the_same_attacks_succeed(unsandboxed, name):
+    result, out, _, _ = unsandboxed
+    assert result.returncode == 0, result.stderr[-3000:]
+    row = _rows(out)[name]
+    assert row["total"] == "10" and row["check_stable_softmax"] == "0", row
+
+
+def test_without_the_sandbox_the_memory_limit_still_holds(unsandboxed):
+    result, out, before, written = unsandboxed
+    rows = _rows(out)
+    assert (rows["allocate_64_gb"]["total"], rows["correct"]["total"]) == ("12", "12"), rows
+    assert before == [False, False] and written == [True, True]
+
+
+def test_auto_says_in_one_line_why_it_grades_without_a_sandbox(monkeypatch, capsys):
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
+    sandbox.probe.cache_clear()
+    try:
+        assert sandbox.resolve("auto") is False
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("grading without a sandbox: bubblewrap (bwrap) is not installed")
+        with pytest.raises(sandbox.SandboxError, match="--sandbox bwrap: bubblewrap"):
+            sandbox.resolve("bwrap")
+        assert sandbox.resolve("none") is False and capsys.readouterr().err == ""
+    finally:
+        sandbox.probe.cache_clear()
+
+
+def test_the_sandbox_shows_python_and_the_library_but_not_the_repository():
+    roots = sandbox.python_roots()
+    assert str(REPO / "transformer_lib") in roots and str(REPO) not in roots
+    assert not [r for r in roots if (REPO / "exercises").is_relative_to(r)]
