@@ -204,12 +204,7 @@ class BertEncoder(nn.Module):
 def bert_key(name: str) -> str:
     """Hugging Face's `BertModel` key of one of our parameter names, e.g.
     ``blocks.0.mlp.fc1.weight -> encoder.layer.0.intermediate.dense.weight``. Chapter 9."""
-    if name.startswith("blocks."):
-        _, i, rest = name.split(".", 2)
-        for ours, theirs in LAYER_NAMES:
-            if rest.startswith(ours + "."):
-                return f"encoder.layer.{i}.{theirs}{rest[len(ours):]}"
-    return TOP_NAMES[name]
+    return loading._renamed(name, LAYER_NAMES, TOP_NAMES, "encoder.layer.")
 
 
 def bert_tensors(state_dict: Mapping[str, Tensor],

@@ -8,7 +8,7 @@ and `GPT.from_llama_state_dict` call these functions. Chapters 7 and 9.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import torch
 from torch import Tensor, nn
@@ -100,15 +100,23 @@ def gpt2_tensors(state_dict: Mapping[str, Tensor], c: ModelConfig) -> dict[str, 
     return out
 
 
+def _renamed(name: str, layer_names: Sequence[tuple[str, str]], top_names: Mapping[str, str],
+             layer_prefix: str) -> str:
+    """Another model's key for our parameter `name`: `blocks.i.<ours>…` becomes
+    `<layer_prefix>i.<theirs>…` by the first matching pair of `layer_names`; any other name is
+    looked up in `top_names`."""
+    if name.startswith("blocks."):
+        _, i, rest = name.split(".", 2)
+        for ours, theirs in layer_names:
+            if rest.startswith(ours + "."):
+                return f"{layer_prefix}{i}.{theirs}{rest[len(ours):]}"
+    return top_names[name]
+
+
 def llama_key(name: str) -> str:
     """Hugging Face's `LlamaModel` key for one of our parameter names, e.g.
     `blocks.0.mlp.fc1.weight -> layers.0.mlp.gate_proj.weight`. Chapters 7 and 9."""
-    if name.startswith("blocks."):
-        _, i, rest = name.split(".", 2)
-        for ours, theirs in LLAMA_LAYER_NAMES:
-            if rest.startswith(ours + "."):
-                return f"layers.{i}.{theirs}{rest[len(ours):]}"
-    return LLAMA_TOP_NAMES[name]
+    return _renamed(name, LLAMA_LAYER_NAMES, LLAMA_TOP_NAMES, "layers.")
 
 
 def llama_tensors(state_dict: Mapping[str, Tensor], c: ModelConfig) -> Source:
