@@ -403,7 +403,7 @@ BROKEN = {
         CH9, [("def gpt2_params", [("8 * d * d + 5 * d", "8 * d * d + 4 * d")])], "assert ours == param_count(gpt2)"),
     "9 transformers: LLaMA built without GQA": (
         CH9, [("def hf_gpt2(c)", [("        num_key_value_heads=c.n_kv_heads, ", "        ")])],
-        "assert formula == reference and built in"),
+        "assert formula == reference == built"),
     "9 GPT-3 matrices: one Q, K, V matrix per layer, not per head": (
         CH9, [("stated = {", [("(L * heads * 3, d, d_head)", "(L * 3, d, d_head)")])],
         "assert (n_matrices, matrix_total) =="),
