@@ -47,7 +47,8 @@ class Slot:
         (self.root / "home").mkdir(mode=0o700)
         self._buffer = b""
         argv = command([sys.executable, "-m", "transformer_lib.grading.zygote"], [str(self.root)], str(self.root))
-        self._log = open(self.root / "zygote.log", "wb")  # noqa: SIM115 (closed in close())
+        log = os.open(self.root / "zygote.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # runs cannot read it
+        self._log = os.fdopen(log, "wb")
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
                                      cwd=self.root, env=_zygote_env(self.root / "home"),
                                      start_new_session=True)
