@@ -1,6 +1,7 @@
 """The sandbox, end to end: chapter 2 submissions that attack the grader's machine.
 
-One run with ``--sandbox bwrap`` grades a correct and a blank submission and one submission per
+One run with ``--sandbox bwrap`` (as root: once with warm sandboxes, once with a fresh one per
+submission) grades a correct and a blank submission and one submission per
 attack (see ``submissions/sandbox_attacks.py``): reading the instructor notebook, reading
 another submission, a TCP connection to a server this test opens on 127.0.0.1, writing into
 the repository and $HOME, SIGTERM to the grader, a fork bomb, a 64 GB allocation, and several
@@ -26,7 +27,7 @@ from repo_paths import REPO
 from submissions import sandbox_attacks as attacks
 from submissions.adversarial import SOURCE
 from submissions.helpers import as_handed_in
-from transformer_lib.grading import sandbox
+from transformer_lib.grading import sandbox, slots
 from transformer_lib.grading.notebook import dumps, read, release
 
 WHY = sandbox.probe()
@@ -85,14 +86,19 @@ def _correct(subs) -> None:
     (subs / "correct.ipynb").write_text(dumps(as_handed_in(read(SOURCE))), encoding="utf-8")
 
 
-@pytest.fixture(scope="module")
-def sandboxed(tmp_path_factory, server, outside_files):
+@pytest.fixture(scope="module", params=["warm", "fresh"])
+def sandboxed(request, tmp_path_factory, server, outside_files):
+    """As root, sandboxed runs use warm sandboxes (``slots``); "fresh" switches them off, as a grader
+    that is not root runs (elsewhere both are the same run)."""
+    if request.param == "fresh" and os.geteuid() != 0:
+        pytest.skip("not root: every sandboxed run is fresh, as in the other parameter")
     subs, out = tmp_path_factory.mktemp("sandboxed"), tmp_path_factory.mktemp("sandboxed_out")
     _correct_and_blank(subs)
     # The grader's pid is known before it starts: the shell waits for a line, then execs it.
     proc = subprocess.Popen(["sh", "-c", 'read _ && exec "$@"', "sh",
                              *_command(subs, out, "--sandbox", "bwrap", "--memory", "2")],
-                            cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, slots.ENABLE_ENV: "1" if request.param == "warm" else "0"})
     attacks.write(subs, {**_harmless_attacks(subs, server, outside_files),
                          "signal_grader": attacks.signal_grader(proc.pid), "fork_bomb": attacks.fork_bomb(MARKER),
                          "memory_hog": attacks.memory_hog(MARKER)})

@@ -7,6 +7,8 @@
 - ``worker``, ``runner``, ``procs``  run one notebook in its own process and kernel, with time
   limits, and kill every process it started
 - ``sandbox``   bubblewrap around each submission's worker and kernel, and resource limits
+- ``slots``, ``zygote``  warm sandboxes (grader running as root): one per job, whose process has
+  imported torch once and forks each submission's worker and kernel
 - ``records``   results the checks record, compared outside the student's kernel
 - ``grade``, ``scoring``, ``report``  the grading run, scoring, and the reports (grades.csv,
   results.json, feedback.md)
@@ -20,5 +22,5 @@ Command line: ``python -m transformer_lib.grading release`` and
 ``python -m transformer_lib.grading check exercises/NN_topic.ipynb``.
 """
 
-__all__ = ["checks", "notebook", "prepare", "fresh", "worker", "runner", "procs", "sandbox", "records", "grade",
+__all__ = ["checks", "notebook", "prepare", "fresh", "worker", "runner", "procs", "sandbox", "slots", "zygote", "records", "grade",
            "scoring", "report", "classreport", "check", "bench", "gradescope"]

@@ -3,7 +3,8 @@
 The submissions are made from the committed notebooks: most are correct (the instructor
 solutions under the student's check cells), a few are the blank student version. The
 instructor notebook is run too, as in every grading run, and counted in the time. Every run is
-sandboxed (bubblewrap; without it, the bench says so and grades unsandboxed). The target: at
+sandboxed (bubblewrap; without it, the bench says so and grades unsandboxed); as root, in warm
+sandboxes (:mod:`~transformer_lib.grading.slots`), whose start is counted too. The target: at
 least 30 submissions a minute (20 in at most 40 s) with ``--jobs 2`` on an idle 2-core machine.
 """
 from __future__ import annotations

@@ -83,6 +83,23 @@ def kill_tagged(token: str, prefix: bool = False) -> int:
     return killed
 
 
+def processes_of(uid: int) -> list[psutil.Process]:
+    """Every process whose real user id is ``uid``."""
+    found = []
+    for proc in psutil.process_iter(["uids"]):
+        uids = proc.info.get("uids")
+        if uids is not None and uids.real == uid and proc.pid != os.getpid():
+            found.append(proc)
+    return found
+
+
+def kill_user(uid: int) -> None:
+    """SIGKILL every process of user ``uid`` (a sandboxed run's own), again until none is left."""
+    for _ in range(20):
+        if not [proc for proc in processes_of(uid) if _kill(proc)]:
+            return
+
+
 def adopt_orphans() -> None:
     """Make this process the one orphaned descendants are re-parented to (Linux), not init."""
     try:

@@ -33,10 +33,11 @@ from typing import Any
 
 import nbformat
 
+from . import slots
 from .notebook import grade_id, is_check
-from .procs import kernel_env, kill_tagged, kill_tree
+from .procs import kernel_env, kill_tagged, kill_tree, kill_user
 from .records import Records, load_records
-from .sandbox import MEMORY_BYTES, command, sandbox_uid, tree_memory
+from .sandbox import MEMORY_BYTES, command, sandbox_uid, tree_memory, user_memory
 
 OUTPUT_CAP = 10_000  # characters of output stored per cell
 MAX_EVENTS_BYTES = 20_000_000
@@ -180,8 +181,11 @@ def run_notebook(nb: nbformat.NotebookNode, cell_timeout: float = 30.0, timeout:
     """
     start = time.perf_counter()
     result = RunResult(token=token_prefix + secrets.token_hex(8))
-    private = Path(tempfile.mkdtemp(prefix="grading-"))
-    public = Path(tempfile.mkdtemp(prefix="grading-kernel-"))
+    slot = _warm_slot() if sandbox and slots.enabled() else None
+    healthy = False
+    base = str(slot.root) if slot else None
+    private = Path(tempfile.mkdtemp(prefix="grading-", dir=base))
+    public = Path(tempfile.mkdtemp(prefix="grading-kernel-", dir=base))
     try:
         live, cwd = public / "records", public / "work"
         live.mkdir()
@@ -199,23 +203,16 @@ def run_notebook(nb: nbformat.NotebookNode, cell_timeout: float = 30.0, timeout:
             if uid is not None:
                 for folder in (private, public):
                     _chown_all(folder, uid)
-        with open(private / "worker.log", "wb") as log, _LOCK:
-            if _STOPPING.is_set():
-                raise KeyboardInterrupt("grading was stopped")
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
-                                    cwd=private, env=env, start_new_session=True)
-            _LIVE.add(proc)
-        try:
-            _wait(proc, json.dumps(job).encode(), timeout, memory, result)
-        finally:
-            with _LOCK:
-                _LIVE.discard(proc)
-            kill_tagged(result.token)
+        if slot is not None:
+            returncode, healthy = _run_in_slot(slot, {**job, "env": env}, timeout, memory, result)
+        else:
+            returncode = _run_worker(argv, env, private, job, timeout, memory, result)
         _read_events(private / "events.jsonl", nb, result, output_cap)
         ended = result.finished or result.dead_at is not None
-        if not (result.killed or result.out_of_memory) and (proc.returncode != 0 or not ended):
-            tail = (private / "worker.log").read_text(errors="replace")[-1500:]
-            result.worker_error = f"worker exited with status {proc.returncode}: {tail.strip()}"
+        if not (result.killed or result.out_of_memory or result.worker_error) and (returncode != 0 or not ended):
+            log = private / "worker.log"
+            tail = log.read_text(errors="replace")[-1500:] if log.is_file() else ""
+            result.worker_error = f"worker exited with status {returncode}: {tail.strip()}"
         for folder in sorted((private / "records").glob("*")):
             result.records[folder.name] = load_records(folder)
     except KeyboardInterrupt:
@@ -225,5 +222,73 @@ def run_notebook(nb: nbformat.NotebookNode, cell_timeout: float = 30.0, timeout:
     finally:
         shutil.rmtree(private, ignore_errors=True)
         shutil.rmtree(public, ignore_errors=True)
+        if slot is not None:  # only now: the next run of this slot finds no folder of this one
+            slots.release(slot, healthy)
     result.seconds = time.perf_counter() - start
     return result
+
+
+def _warm_slot() -> slots.Slot | None:
+    """A warm sandbox for this run, or None (a fresh one per run) if none could be started."""
+    if _STOPPING.is_set():
+        raise KeyboardInterrupt("grading was stopped")
+    try:
+        return slots.acquire()
+    except (slots.SlotError, OSError) as err:
+        print(f"grading without a warm sandbox: {err}"[:300], file=sys.stderr)
+        return None
+
+
+def _run_worker(argv: list[str], env: dict[str, str], private: Path, job: dict[str, Any], timeout: float,
+                memory: int, result: RunResult) -> int:
+    """Start the worker (in a sandbox of its own if ``argv`` says so) and wait for it; its exit status."""
+    with open(private / "worker.log", "wb") as log, _LOCK:
+        if _STOPPING.is_set():
+            raise KeyboardInterrupt("grading was stopped")
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
+                                cwd=private, env=env, start_new_session=True)
+        _LIVE.add(proc)
+    try:
+        _wait(proc, json.dumps(job).encode(), timeout, memory, result)
+    finally:
+        with _LOCK:
+            _LIVE.discard(proc)
+        kill_tagged(result.token)
+    return proc.returncode
+
+
+def _run_in_slot(slot: slots.Slot, job: dict[str, Any], timeout: float, memory: int,
+                 result: RunResult) -> tuple[int, bool]:
+    """Give the job to the slot's zygote and wait for the worker's exit status, stopping the run's
+    processes (all of its user id) at ``timeout`` or at ``memory`` bytes. Returns the status and
+    whether the slot can be used again."""
+    uid, healthy, status = int(job["uid"]), False, -1
+    with _LOCK:
+        if _STOPPING.is_set():
+            raise KeyboardInterrupt("grading was stopped")
+        _LIVE.add(slot.proc)
+    try:
+        slot.send(job)
+        deadline = time.monotonic() + timeout
+        while True:
+            message = slot.read(max(0.0, min(POLL_S, deadline - time.monotonic())))
+            if message is not None:
+                break
+            if time.monotonic() >= deadline:
+                result.killed = True
+            elif user_memory(uid, memory) > memory:
+                result.out_of_memory = True
+            else:
+                continue
+            kill_user(uid)
+            message = slot.read(30.0)
+            break
+        status = message.get("exit") if message else None
+        healthy = type(status) is int
+    except slots.SlotError as err:
+        result.worker_error = f"the notebook could not be run ({err})"[:500]
+    finally:
+        with _LOCK:
+            _LIVE.discard(slot.proc)
+        kill_user(uid)
+    return (status if healthy else -1), healthy

@@ -148,14 +148,25 @@ def drop_privileges(uid: int) -> None:
 
 
 def tree_memory(pid: int, limit: int) -> int:
-    """Memory, in bytes, of ``pid`` and all its descendants (0 if it is gone): their resident
-    memory, or, if that exceeds ``limit``, their proportional set size (pages shared after a fork
-    counted once), which is slower to measure."""
+    """Memory, in bytes, of ``pid`` and all its descendants (0 if it is gone); see :func:`memory_of`."""
     try:
         procs = [psutil.Process(pid)]
         procs += procs[0].children(recursive=True)
     except psutil.Error:
         return 0
+    return memory_of(procs, limit)
+
+
+def user_memory(uid: int, limit: int) -> int:
+    """Memory, in bytes, of every process of user ``uid`` (a sandboxed run's own user id)."""
+    from .procs import processes_of
+
+    return memory_of(processes_of(uid), limit)
+
+
+def memory_of(procs: list[psutil.Process], limit: int) -> int:
+    """The resident memory of ``procs``, or, if that exceeds ``limit``, their proportional set size
+    (pages shared after a fork counted once), which is slower to measure."""
 
     def total(measure) -> int:  # noqa: ANN001
         found = 0

@@ -39,12 +39,20 @@ from .procs import adopt_orphans, kill_descendants
 from .sandbox import MEMORY_BYTES, apply_limits, drop_privileges
 
 MAX_RECORD_FILE = 5_000_000  # bytes per .npz file moved out of the kernel's folder
+# No history database: nothing to keep, and no saving thread, which a fork in a cell stops and the
+# next cell would have to start again, perhaps when a fork bomb has left no process to spare.
+KERNEL_ARGUMENTS = ["--HistoryManager.enabled=False"]
 
 
 class GradingClient(NotebookClient):
     """A NotebookClient that caps stored output per cell and reports each cell as it ends."""
 
-    def __init__(self, nb: nbformat.NotebookNode, job: dict[str, Any]) -> None:
+    def __init__(self, nb: nbformat.NotebookNode, job: dict[str, Any], launcher: Any = None) -> None:
+        extra = {}
+        if launcher is not None:  # the kernel is forked by ``launcher`` (a zygote.KernelLauncher)
+            from .zygote import forked_kernel_manager
+
+            extra["kernel_manager_class"] = forked_kernel_manager(launcher)
         super().__init__(
             nb, kernel_name="python3", timeout=math.ceil(job["cell_timeout"]), interrupt_on_timeout=True,
             error_on_timeout={"ename": "CellTimeoutError", "traceback": [],
@@ -52,7 +60,7 @@ class GradingClient(NotebookClient):
             allow_errors=True, store_widget_state=False, record_timing=False, iopub_timeout=4,
             shutdown_kernel="immediate", resources={"metadata": {"path": job["cwd"]}},
             on_cell_execute=self._before_cell,
-            on_cell_executed=self._after_cell)
+            on_cell_executed=self._after_cell, extra_arguments=KERNEL_ARGUMENTS, **extra)
         self.job = job
         self.current = -1
         self._used: dict[int, int] = {}
@@ -145,17 +153,25 @@ def _exit_with_parent() -> None:
     threading.Thread(target=watch, daemon=True).start()
 
 
-def main() -> int:
-    """Read the job from stdin and run it; the exit status is 0 unless the worker itself failed."""
+def run(job: dict[str, Any], forked: bool = False) -> int:
+    """Run ``job``; the exit status is 0 unless the worker itself failed. ``forked``: this process
+    was forked by the :mod:`~transformer_lib.grading.zygote`, which passes the environment in the
+    job, and the kernel is forked from this process instead of started afresh."""
+    if forked:
+        _as_forked_worker(job)
     _exit_with_parent()
     adopt_orphans()
-    job = json.loads(sys.stdin.read())
     apply_limits(int(job.get("memory", MEMORY_BYTES)), bool(job.get("sandboxed")))
     if job.get("uid") is not None:
         drop_privileges(int(job["uid"]))
+    launcher = None
+    if forked:  # the kernel's process is forked now, before the notebook is read
+        from .zygote import KernelLauncher
+
+        launcher = KernelLauncher()
     nb = nbformat.read(job["notebook"], as_version=4)
     os.unlink(job["notebook"])  # it holds the hidden tests of every check: gone before the kernel starts
-    client = GradingClient(nb, job)
+    client = GradingClient(nb, job, launcher)
     try:
         client.execute(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         end = {"done": True}
@@ -165,6 +181,25 @@ def main() -> int:
         kill_descendants()
     client.emit(end)
     return 0
+
+
+def _as_forked_worker(job: dict[str, Any]) -> None:
+    """Make a process forked by the zygote look like a worker started afresh: a session of its
+    own, no descriptor of the zygote's, stderr into the run's log, the run's environment."""
+    os.setsid()
+    os.closerange(3, 1 << 16)
+    log = os.open(Path(job["events"]).with_name("worker.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.dup2(log, 2)
+    os.close(log)
+    folder = str(Path(job["events"]).parent)
+    os.environ.clear()
+    os.environ.update({**job["env"], "PWD": folder})  # PWD: as bubblewrap's --chdir sets it
+    os.chdir(folder)
+
+
+def main() -> int:
+    """Read the job from stdin and run it."""
+    return run(json.loads(sys.stdin.read()))
 
 
 if __name__ == "__main__":
