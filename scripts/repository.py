@@ -25,7 +25,8 @@ CELL_ID = "colab-install"
 COLAB_PACKAGES = ("myst-nb", "transformers", "tokenizers", "safetensors")
 URL_LINE = re.compile(r'^(repository:\n(?:  .*\n)*?  url: ).*$', re.M)
 BRANCH_LINE = re.compile(r'^(repository:\n(?:  .*\n)*?  branch: ).*$', re.M)
-VALID_URL = re.compile(r"https://(github\.com|gitlab\.com)/[A-Za-z0-9_.-]+/[A-Za-z0-9_.-]+")
+sys.path.insert(0, str(REPO / "_ext"))
+from course_links import REPOSITORY_URL as VALID_URL  # noqa: E402  (the book's own rule for the URL)
 
 
 def setting(root: Path = REPO) -> tuple[str, str]:
@@ -38,12 +39,9 @@ def setting(root: Path = REPO) -> tuple[str, str]:
 
 def pins(root: Path = REPO) -> dict[str, str]:
     """{name: version} of `requirements/runtime.txt`."""
-    out = {}
-    for line in (root / "requirements" / "runtime.txt").read_text().splitlines():
-        if line and not line.startswith("#"):
-            name, version = line.split("==")
-            out[name.lower()] = version
-    return out
+    from transformer_lib.doctor import read_pins
+
+    return {name.lower(): version for name, version in read_pins(root / "requirements" / "runtime.txt").items()}
 
 
 def colab_cell(url: str, branch: str, root: Path = REPO) -> str:

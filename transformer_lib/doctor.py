@@ -76,16 +76,32 @@ def requirement_files(root: Path = REPO) -> list[Path]:
     return sorted((root / "requirements").glob("*.txt"))
 
 
+def read_pins(path: Path) -> dict[str, str]:
+    """{package: version} of the exact pins (``name==version``, hashes allowed) in one requirements file."""
+    out = {}
+    for line in path.read_text().splitlines():
+        line = line.split("#")[0].split(" --hash")[0].strip().rstrip("\\").strip()
+        if "==" in line:
+            name, version = line.split("==")
+            out[name.strip()] = version.strip()
+    return out
+
+
 def pins(root: Path = REPO) -> dict[str, str]:
     """{package: version} over `requirement_files(root)`."""
     out = {}
     for path in requirement_files(root):
-        for line in path.read_text().splitlines():
-            line = line.split("#")[0].split(" --hash")[0].strip().rstrip("\\").strip()
-            if "==" in line:
-                name, version = line.split("==")
-                out[name.strip()] = version.strip()
+        out.update(read_pins(path))
     return out
+
+
+def stale_assets(root: Path = REPO) -> list[str]:
+    """The front-end packages (``name@version`` from package.json) whose vendored copy is missing or
+    another version, according to ``_assets/vendor/NOTICE.txt``."""
+    deps = json.loads((root / "package.json").read_text())["dependencies"]
+    notice = root / "_assets" / "vendor" / "NOTICE.txt"
+    text = notice.read_text() if notice.exists() else ""
+    return [f"{n}@{v}" for n, v in deps.items() if f"{n}@{v}," not in text]
 
 
 def check_pins(root: Path = REPO) -> Item:
@@ -156,8 +172,7 @@ def check_assets(root: Path = REPO) -> Item:
         return Item("FAIL", "book assets", f"{notice.relative_to(root)} missing: MathJax, RequireJS and "
                     "the widget manager are not vendored", fix)
     deps = json.loads(package.read_text())["dependencies"]
-    text = notice.read_text()
-    stale = [f"{n}@{v}" for n, v in deps.items() if f"{n}@{v}," not in text]
+    stale = stale_assets(root)
     if stale:
         return Item("FAIL", "book assets", f"vendored copy is not {', '.join(stale)}", fix)
     return Item("ok", "book assets", ", ".join(f"{n}@{v}" for n, v in deps.items()))
