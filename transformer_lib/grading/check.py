@@ -38,7 +38,7 @@ from .notebook import check_cells, grade_id, read, release
 from .prepare import load_submission, restore_checks
 from .procs import kill_tagged
 from .runner import RunResult, run_notebook
-from .scoring import _stop_reason, error_message
+from .scoring import stop_reason, error_message
 
 __all__ = ["CheckOutcome", "PresubmitReport", "default_source", "prepare_visible", "presubmit", "format_report",
            "LIMITS"]
@@ -230,7 +230,7 @@ def presubmit(path: Path | str, source: Path | str | None = None, cell_timeout: 
         kill_tagged(prefix, prefix=True)
     report = PresubmitReport(path, seconds=run.seconds, cell_timeout=cell_timeout, timeout=timeout)
     events = {e["grade_id"]: e for e in run.cells if e["grade_id"]}
-    stop = _stop_reason(run, timeout)
+    stop = stop_reason(run, timeout)
     if run.dead_at is not None and not run.killed:  # name the cell as the saved notebook numbers it
         where = origin[run.dead_at] if 0 <= run.dead_at < len(origin) else None
         stop = "the kernel died" + (f" while running cell {where + 1}" if where is not None else "")

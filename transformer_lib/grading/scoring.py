@@ -73,7 +73,8 @@ def error_message(event: dict, token: str) -> str:
             "in your notebook to see the traceback")
 
 
-def _stop_reason(run: RunResult, timeout: float) -> str:
+def stop_reason(run: RunResult, timeout: float) -> str:
+    """Why a check cell of ``run`` has no result, in words for the student (shared with ``check``)."""
     if run.out_of_memory:
         return "the notebook used more memory than allowed and was stopped"
     if run.killed:
@@ -96,7 +97,7 @@ def score(run: RunResult, checks: list[Check], reference: dict[str, Records],
             notes.append(f"{name} ran longer than {cell_timeout:g} s and was interrupted")
         if e["truncated"]:
             notes.append(f"the output of {name} was cut to its first {len(e['output'])} characters")
-    stop = _stop_reason(run, timeout)
+    stop = stop_reason(run, timeout)
     if run.killed or run.out_of_memory or run.dead_at is not None:
         notes.append(f"{stop}; the checks after it were not run and score 0")
     if run.worker_error:
