@@ -124,6 +124,14 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
         "linear: softmax attention": ({"linear_attention": """
     return torch.softmax(Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1]), dim=-1) @ V
 """}, _LINEAR, "softmax"),
+        "linear: a loop over the queries": ({"linear_attention": """
+    phi_q, phi_k = F.elu(Q) + 1, F.elu(K) + 1
+    rows = []
+    for i in range(Q.shape[-2]):
+        w = (phi_k * phi_q[..., i:i + 1, :]).sum(-1)                # (…, m): this query against every key
+        rows.append((w / w.sum(-1, keepdim=True)).unsqueeze(-2) @ V)
+    return torch.cat(rows, dim=-2)
+"""}, _LINEAR, "O(n·m) work"),
         "linear: computed in numpy": ({"linear_attention": """
     import numpy as np
     q, k, v = Q.numpy(), K.numpy(), V.numpy()

@@ -163,6 +163,7 @@ class _NoQuadratic(TorchFunctionMode):
     def __init__(self, n: int, m: int, found: list[str]) -> None:
         super().__init__()
         self.pairs, self.found = {(n, m), (m, n)}, found
+        self.elements = 0  # entries of every torch result: the work done, up to a constant
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         name = getattr(func, "__name__", "")
@@ -170,6 +171,7 @@ class _NoQuadratic(TorchFunctionMode):
             self.found.append(f"leaves torch ({name}): compute with torch operations")
         out = func(*args, **(kwargs or {}))
         for t in out if isinstance(out, (tuple, list)) else (out,):
+            self.elements += t.numel() if isinstance(t, torch.Tensor) else 0
             if isinstance(t, torch.Tensor) and any(tuple(t.shape[i:i + 2]) in self.pairs for i in range(t.dim() - 1)):
                 self.found.append(f"builds a tensor of shape {tuple(t.shape)} ({name}), the n × m matrix "
                                   "φ(Q)φ(K)ᵀ that linear attention avoids: compute φ(K)ᵀV (d_k × d_v) first")
@@ -177,10 +179,23 @@ class _NoQuadratic(TorchFunctionMode):
         return out
 
 
+def _work_growth(fn: Callable) -> float:
+    """How many times more numbers ``fn``'s torch operations produce for n = m = 128 than for 32."""
+    counts = []
+    for size in (32, 128):
+        q, k, v = seeded(63, size, 4), seeded(64, size, 4), seeded(65, size, 3)
+        mode = _NoQuadratic(size, size, [])
+        with mode:
+            call(fn, q, k, v, what="linear_attention(Q, K, V)", banned=_ATTENTION + ("softmax",))
+        counts.append(max(1, mode.elements))
+    return counts[1] / counts[0]
+
+
 def check_linear_attention(fn: Callable, q: torch.Tensor | None = None, k: torch.Tensor | None = None,
                            v: torch.Tensor | None = None) -> None:
     """``fn(Q (…, n, d_k), K (…, m, d_k), V (…, m, d_v)) -> (…, n, d_v)`` with φ = elu + 1, in O(n):
-    equal to the quadratic form ``(φ(Q)φ(K)ᵀ / row sums) V`` without an n × m tensor. Chapter 10."""
+    equal to the quadratic form ``(φ(Q)φ(K)ᵀ / row sums) V`` without an n × m tensor, and with work (the
+    entries its torch operations produce) that grows like n + m, not n·m. Chapter 10."""
     q = seeded(60, 48, 4, scale=1.5) if q is None else q
     k = seeded(61, 64, 4, scale=1.5) if k is None else k
     v = seeded(62, 64, 3) if v is None else v
@@ -199,6 +214,12 @@ def check_linear_attention(fn: Callable, q: torch.Tensor | None = None, k: torch
     got = as_array(out, "linear_attention")
     if found:
         raise CheckFailed(f"linear_attention(Q, K, V) {found[0]}")
+    growth = _work_growth(fn)
+    if growth > 8:  # O(n) grows 4 times here, O(n·m) 16 times
+        raise CheckFailed(f"linear_attention(Q, K, V) does O(n·m) work: with 4 times more queries and keys its "
+                          f"torch operations produced {growth:.0f} times more numbers (4 times for O(n)). A loop "
+                          "over the queries still compares each query with every key: compute φ(K)ᵀV (d_k × d_v) "
+                          "and Σ_j φ(k_j) once, then one product per query")
     record("linear_attention", {"Z": got}, atol=atol, rtol=rtol)
     check_shape(got, expected.shape, "linear_attention(Q, K, V)", "one row per query, d_v columns: (…, n, d_v)")
     check_finite(got, "linear_attention(Q, K, V)", "the normaliser φ(q_i)ᵀ Σ_j φ(k_j) vanished for some "
@@ -218,4 +239,4 @@ def check_linear_attention(fn: Callable, q: torch.Tensor | None = None, k: torch
     if not close(got, expected, atol, rtol):
         fail(f"linear attention differs from (φ(Q)φ(K)ᵀ / row sums) V with φ = elu + 1 (atol {atol})", expected, got)
     ok(f"linear attention for Q {tuple(q.shape)}, K {tuple(k.shape)}, V {tuple(v.shape)} equals the quadratic "
-       f"form (rtol {rtol}) without building an n × m tensor")
+       f"form (rtol {rtol}) without building an n × m tensor, and its work grows {growth:.0f}-fold for 4-fold n, m")
