@@ -25,6 +25,29 @@ _MLP = "(k * d * f + ((k - 1) * f + d if b else 0))"
 
 WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
     "09_parameter_and_flop_counting": {
+        "params: the model built with torch.nn and measured": ({"param_count": """
+    import torch
+    from torch import nn
+
+    d, f, b = cfg["d_model"], cfg["d_ff"], cfg["bias"]
+    kv = cfg["n_kv_heads"] * (d // cfg["n_heads"])
+    with torch.device("meta"):
+        def norm():
+            return nn.RMSNorm(d) if cfg["norm"] == "rmsnorm" else nn.LayerNorm(d, bias=b)
+        def block():
+            mlp = [nn.Linear(d, f, bias=b) for _ in range(3 if cfg["mlp"] == "swiglu" else 2)]
+            mlp[-1] = nn.Linear(f, d, bias=b)
+            return nn.ModuleList([norm(), nn.Linear(d, d, bias=b), nn.Linear(d, kv, bias=b),
+                                  nn.Linear(d, kv, bias=b), nn.Linear(d, d, bias=b), norm(), *mlp])
+        model = nn.ModuleDict({"tok": nn.Embedding(cfg["vocab_size"], d), "norm_f": norm(),
+                               "blocks": nn.ModuleList(block() for _ in range(cfg["n_layers"])),
+                               "head": nn.Linear(d, cfg["vocab_size"], bias=False)})
+        if cfg["positional"] == "learned":
+            model["pos"] = nn.Embedding(cfg["n_ctx"], d)
+    if cfg["tied_embeddings"]:
+        model["head"].weight = model["tok"].weight
+    return sum(p.numel() for p in model.parameters())
+"""}, {"check_param_count"}, "builds the model"),
         "params: biases forgotten": ({"param_count": _count(
             "(2 * d * d + 2 * d * kv)", "k * d * f")}, {"check_param_count"}, "biases"),
         "params: norms forgotten": ({"param_count": _SHAPES + """

@@ -13,6 +13,7 @@ from typing import Any, Callable
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 from torch.utils.flop_counter import FlopCounterMode
 
 from .._checktools import CheckFailed, call, ok, record, typename
@@ -41,13 +42,34 @@ def _norm(c: dict) -> nn.Module:
 _STUDENT_RUNNING = [False]  # True while the student's function runs: the references refuse to
 
 
+class _NoWeights(TorchFunctionMode):
+    """Note the first torch result as large as a d_model × d_model weight: a model being built."""
+
+    def __init__(self, size: int, found: list[str]) -> None:
+        super().__init__()
+        self.size, self.found = size, found
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        out = func(*args, **(kwargs or {}))
+        if isinstance(out, torch.Tensor) and out.numel() >= self.size and not self.found:
+            self.found.append(f"creates a tensor of shape {tuple(out.shape)} ({getattr(func, '__name__', func)})")
+        return out
+
+
 def _student(fn: Callable, *args: Any, what: str) -> Any:
-    """Run the student's function through ``call``, with this module's references switched off."""
+    """Run the student's function through ``call``, with this module's references switched off and
+    without building the model: the count comes from the configuration, by arithmetic."""
+    found: list[str] = []
     _STUDENT_RUNNING[0] = True
     try:
-        return call(fn, *args, what=what)
+        with _NoWeights(max(1024, args[0]["d_model"] ** 2), found):
+            out = call(fn, *args, what=what)
     finally:
         _STUDENT_RUNNING[0] = False
+    if found:
+        raise CheckFailed(f"{what} {found[0]}, the size of a weight matrix: it builds the model (or its "
+                          "weights) and measures it. Derive the count from cfg with arithmetic instead")
+    return out
 
 
 def _refuse() -> None:
