@@ -99,10 +99,8 @@ def main() -> int:
     out = os.fdopen(os.dup(1), "w", encoding="utf-8")
     jobs = os.fdopen(os.dup(0), "r", encoding="utf-8")
     devnull = os.open(os.devnull, os.O_RDWR)
-    os.dup2(devnull, 0)  # a worker inherits neither the job pipe nor the status pipe
-    os.dup2(devnull, 1)
-    os.set_inheritable(out.fileno(), False)
-    os.set_inheritable(jobs.fileno(), False)
+    os.dup2(devnull, 0)  # stdin and stdout now /dev/null: a forked worker closes every other
+    os.dup2(devnull, 1)  # descriptor, so it keeps neither the job pipe nor the status pipe
     out.write(json.dumps({"ready": True}) + "\n")
     out.flush()
     serve(jobs, out)
