@@ -389,3 +389,76 @@ def test_from_torch_errors():
         with pytest.raises(ValueError, match=r"^m: expected kdim == vdim == embed_dim, add_bias_kv=False, "
                                              r"add_zero_attn=False$"):
             MultiHeadAttention.from_torch(nn.MultiheadAttention(8, 2, batch_first=True, **kw))
+
+
+def test_unbatched_cross_attention_matches_torch():
+    ref = randomize(nn.MultiheadAttention(8, 2, batch_first=True).double(), seed=4).eval()
+    ours = MultiHeadAttention.from_torch(ref)
+    x, ctx = rand(4, 8, seed=14), rand(6, 8, seed=15)
+    out, w = ours(x, context=ctx, return_weights=True)
+    ref_out, ref_w = ref(x[None], ctx[None], ctx[None], average_attn_weights=False)
+    assert out.shape == (4, 8) and w.shape == (2, 4, 6)
+    torch.testing.assert_close(out, ref_out[0], **TOL)
+    torch.testing.assert_close(w, ref_w[0], **TOL)
+
+
+def test_padding_mask_with_batch_unlike_heads():
+    """b = 3 sequences, h = 2 heads: the mask is checked against (b, h, n, m) and a key-padding
+    mask (b, 1, 1, m) reaches each sequence (F.scaled_dot_product_attention with mask & tril)."""
+    d, h, n = 8, 2, 5
+    mha = randomize(make(d, h, causal=True), seed=9)
+    x = rand(3, n, d, seed=16)
+    keep = torch.tensor([[True] * 5, [True, True, True, False, False], [True, False, True, True, True]])
+    keep = keep[:, None, None, :]
+    with pytest.raises(ValueError, match=r"^mask: expected a shape broadcastable to \(3, 2, 5, 5\), got \(2, 1, 1, 5\)$"):
+        mha(x, mask=keep[:2])
+    allowed = keep & torch.ones(n, n, dtype=torch.bool).tril()
+    q = F.linear(x, mha.q_proj.weight, mha.q_proj.bias).view(3, n, h, -1).transpose(1, 2)
+    k = F.linear(x, mha.k_proj.weight, mha.k_proj.bias).view(3, n, h, -1).transpose(1, 2)
+    v = F.linear(x, mha.v_proj.weight, mha.v_proj.bias).view(3, n, h, -1).transpose(1, 2)
+    o = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed).transpose(1, 2).reshape(3, n, d)
+    torch.testing.assert_close(mha(x, mask=keep), F.linear(o, mha.out_proj.weight, mha.out_proj.bias), **TOL)
+
+
+@pytest.mark.parametrize("kw", [{}, {"rope": True}, {"alibi": True}, {"n_kv_heads": 1}])
+def test_forward_and_cache_stay_on_the_input_device(kw):
+    """Every tensor the layer builds (causal mask, positions, ALiBi bias) follows the input's
+    device: the meta device stands in for a GPU (a CPU tensor mixed in would raise)."""
+    with torch.device("meta"):
+        mha = MultiHeadAttention(8, 2, causal=True, **kw)
+        x = torch.ones(2, 5, 8)
+    assert mha(x).device.type == "meta"
+    cache = {}
+    assert mha(x[:, :3], cache=cache).device.type == "meta"
+    assert mha(x[:, 3:], cache=cache).device.type == "meta"
+    assert cache["pos"].device.type == "meta" and cache["pos"].shape == (2, 5)
+
+
+def test_cache_positions_are_stored_per_sequence():
+    mha = make(8, 2, causal=True, alibi=True)
+    cache = {}
+    mha(rand(2, 3, 8, seed=17), cache=cache)
+    mha(rand(2, 1, 8, seed=18), cache=cache)
+    assert cache["pos"].tolist() == [[0, 1, 2, 3], [0, 1, 2, 3]]
+    assert cache["k"].shape == cache["v"].shape == (2, 2, 4, 4)
+
+
+@pytest.mark.parametrize("kw", [{"alibi": True}, {"rope": True}])
+def test_bfloat16_layer_keeps_its_dtype(kw):
+    """In bfloat16 the ALiBi bias and the RoPE rotation are built in the layer's dtype: the
+    output stays bfloat16 and matches the float64 reference to bfloat16 precision."""
+    mha = randomize(make(16, 4, causal=True, **kw), seed=10)
+    x = rand(2, 6, 16, seed=19)
+    expected = ref_mha(mha, x)
+    out = mha.to(torch.bfloat16)(x.to(torch.bfloat16))
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.double(), expected, atol=0.1, rtol=0.05)
+
+
+def test_rope_base_reaches_the_queries_too():
+    """rope_base = 100 rotates queries and keys alike: the output equals the reference built
+    with base 100 (hand-written rotation), and differs from the default base's."""
+    mha = randomize(make(16, 4, causal=True, rope=True, rope_base=100.0), seed=11)
+    x = rand(2, 6, 16, seed=20)
+    torch.testing.assert_close(mha(x), ref_mha(mha, x, rope_base=100.0), **TOL)
+    assert not torch.allclose(mha(x), ref_mha(mha, x, rope_base=10000.0))
