@@ -1,6 +1,7 @@
 """The decoder-only GPT (Chapter 7): exact sizes, GPT-2 weights, causality, KV-cache generation."""
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -338,3 +339,81 @@ def test_config_defaults_and_encoder_rejected():
         GPT(ModelConfig(**{**BASE, "causal": False}))
     with pytest.raises(TypeError, match="config: expected a ModelConfig, got dict"):
         GPT(BASE)
+
+
+# ------------------------------------------------------------------ exact errors, unbatched, buffers, sampling
+def test_every_model_error_names_argument_expected_and_actual(small):
+    z = lambda *shape: torch.zeros(*shape, dtype=torch.long)  # noqa: E731
+    cache = [{} for _ in range(2)]
+    small(z(1, 10), cache=cache)
+    cases = [
+        (ValueError, "config.causal: GPT is a decoder-only LM and expects True, got False",
+         lambda: GPT(ModelConfig(**BASE, causal=False))),
+        (ValueError, "config.n_token_types: GPT is a decoder-only LM and expects 0, got 2",
+         lambda: GPT(ModelConfig(**BASE, n_token_types=2))),
+        (ValueError, "config.pooler: GPT is a decoder-only LM and expects False, got True",
+         lambda: GPT(ModelConfig(**BASE, pooler=True))),
+        (ValueError, "config.lm_head: GPT is a decoder-only LM and expects True, got False",
+         lambda: GPT(ModelConfig(**BASE, lm_head=False))),
+        (TypeError, "config: expected a ModelConfig, got dict", lambda: GPT(BASE)),
+        (TypeError, "residual: expected a bool, got int (1)", lambda: GPT(ModelConfig(**BASE), residual=1)),
+        (ValueError, "idx: expected at most n_ctx=12 tokens, got n=13", lambda: small(z(1, 13))),
+        (ValueError, "idx: expected at most n_ctx=12 tokens, got 10 cached + 3 new = 13",
+         lambda: small(z(1, 3), cache=cache)),
+        (ValueError, "idx: expected shape (batch, n) or (n,), got (1, 2, 3)", lambda: small(z(1, 2, 3))),
+        (ValueError, "cache: expected a list of 2 dicts (one per layer), got list of length 1",
+         lambda: small(z(1, 2), cache=[{}])),
+        (ValueError, "cache: expected a list of 2 dicts (one per layer), got dict of length ?",
+         lambda: small(z(1, 2), cache={})),
+        (ValueError, "cache: expected a list of 2 dicts (one per layer), got list of length 2",
+         lambda: small(z(1, 2), cache=[{}, 3])),
+        (ValueError, "positions: expected values in [0, n_ctx=12), got min 0 and max 12",
+         lambda: small(z(1, 2), positions=torch.tensor([0, 12]))),
+        (TypeError, "return_stream: expected a bool, got int (1)", lambda: small(z(1, 2), return_stream=1)),
+        (ValueError, "top_k: expected at most vocab_size=23, got 24", lambda: small.generate(z(1, 2), 1, top_k=24)),
+        (ValueError, "top_k: expected an int >= 1, got 0", lambda: small.generate(z(1, 2), 1, top_k=0)),
+        (ValueError, "temperature: expected a finite number >= 0, got -1.0",
+         lambda: small.generate(z(1, 2), 1, temperature=-1.0)),
+    ]
+    for exc, message, fn in cases:
+        with pytest.raises(exc) as info:
+            fn()
+        assert str(info.value) == message
+    assert small(z(1, 12)).shape == (1, 12, 23)                      # exactly n_ctx tokens is fine
+
+
+@pytest.mark.parametrize("name", ["sinusoidal-untied", "llama-like", "gpt2-like"])
+def test_unbatched_forward_and_stream_match_the_reference(name):
+    torch.manual_seed(0)
+    model = randomize(GPT(make(name)).double(), seed=3).eval()
+    idx = _ids(7, 23, seed=4, batch=None)
+    expected = ref_gpt(model, idx[None])[0]
+    torch.testing.assert_close(model(idx), expected, atol=1e-6, rtol=1e-6)
+    logits, stream = model(idx, return_stream=True)
+    torch.testing.assert_close(logits, expected, atol=1e-6, rtol=1e-6)
+    assert len(stream.states) == 1 + 2 * len(model.blocks) and stream.states[0].shape == (7, 16)
+
+
+def test_sinusoidal_table_is_a_buffer_outside_the_state_dict():
+    """The sinusoidal table is fixed: not a parameter and not saved (persistent=False), so GPT-2
+    style checkpoints load without it."""
+    model = GPT(make("sinusoidal-untied"))
+    assert "pos_enc" in dict(model.named_buffers()) and "pos_enc" not in model.state_dict()
+    assert not any("pos" in name for name, _ in model.named_parameters())
+    torch.testing.assert_close(model.pos_enc[3, :2].double(), torch.tensor([math.sin(3.0), math.cos(3.0)],
+                                                                          dtype=torch.float64), atol=1e-6, rtol=0)
+    assert model.lm_head.bias is None and model.residual is True
+
+
+def test_sampling_rows_are_independent():
+    """Each sequence of a batch samples from its own softmax: a batch of two different prompts
+    draws, per row, the frequencies of that row's distribution (not of the batch's)."""
+    logits = torch.tensor([[4.0, 0.0, 0.0], [0.0, 0.0, 4.0]])
+    g = torch.Generator().manual_seed(0)
+    draws = torch.cat([GPT._sample(logits, 1.0, None, g) for _ in range(400)], dim=1)
+    p = torch.softmax(logits, -1)
+    freq0 = (draws[0] == 0).float().mean().item()
+    freq2 = (draws[1] == 2).float().mean().item()
+    assert abs(freq0 - p[0, 0].item()) < 0.06 and abs(freq2 - p[1, 2].item()) < 0.06
+    assert GPT._sample(logits, 0.0, None, None).tolist() == [[0], [2]]
+    assert GPT._sample(logits, 1.0, 1, g).tolist() == [[0], [2]]                # top_k = 1 is greedy

@@ -383,6 +383,8 @@ def test_error_cache_from_another_layer_shape():
 
 
 def test_from_torch_errors():
+    with pytest.raises(ValueError, match=r"^m: expected batch_first=True, got False$"):
+        MultiHeadAttention.from_torch(nn.MultiheadAttention(8, 2))
     with pytest.raises(TypeError, match=r"^m: expected nn.MultiheadAttention, got Linear$"):
         MultiHeadAttention.from_torch(nn.Linear(8, 8))
     for kw in (dict(kdim=4), dict(add_bias_kv=True), dict(add_zero_attn=True)):
