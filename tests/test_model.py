@@ -417,3 +417,14 @@ def test_sampling_rows_are_independent():
     assert abs(freq0 - p[0, 0].item()) < 0.06 and abs(freq2 - p[1, 2].item()) < 0.06
     assert GPT._sample(logits, 0.0, None, None).tolist() == [[0], [2]]
     assert GPT._sample(logits, 1.0, 1, g).tolist() == [[0], [2]]                # top_k = 1 is greedy
+
+
+def test_one_layer_model_generates_the_same_with_and_without_cache():
+    """A single block: the cache length is read from the only layer's dict."""
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(**{**BASE, "n_layers": 1})).eval()
+    prompt = _ids(3, 23, seed=5)
+    cached = model.generate(prompt, 8, temperature=0.0, use_cache=True)       # 11 <= n_ctx tokens
+    torch.testing.assert_close(cached, model.generate(prompt, 8, temperature=0.0, use_cache=False))
+    expected = ref_gpt(model, cached[:, :-1]).argmax(-1)[:, 2:]                # greedy, hand-assembled
+    assert torch.equal(cached[:, 3:], expected)

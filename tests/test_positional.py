@@ -322,6 +322,9 @@ def test_rope_defaults_by_hand():
     angles = torch.tensor([[2.0, 0.02, 2.0, 0.02]], dtype=torch.float64)
     torch.testing.assert_close(cos, angles.cos().float(), atol=1e-7, rtol=0)
     torch.testing.assert_close(sin, angles.sin().float(), atol=1e-7, rtol=0)
+    cos2, _ = rope_cos_sin(torch.tensor([[2], [0]]), 4)                    # (b, n) positions -> (b, n, d)
+    assert cos2.shape == (2, 1, 4)
+    torch.testing.assert_close(cos2[0], cos, atol=0, rtol=0)
     # apply_rope's default base: position 1 rotates pair (0, 2) by 1 rad and pair (1, 3) by 0.01 rad
     x = torch.tensor([[0.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0]], dtype=torch.float64)
     expected = torch.tensor([[0.0, 0.0, 0.0, 0.0],
