@@ -428,3 +428,52 @@ def test_one_layer_model_generates_the_same_with_and_without_cache():
     torch.testing.assert_close(cached, model.generate(prompt, 8, temperature=0.0, use_cache=False))
     expected = ref_gpt(model, cached[:, :-1]).argmax(-1)[:, 2:]                # greedy, hand-assembled
     assert torch.equal(cached[:, 3:], expected)
+
+
+def test_every_config_error_names_argument_expected_and_actual():
+    from transformer_lib.config import FLAGS
+
+    cases = [
+        (dict(vocab_size=0), ValueError, "vocab_size: expected an int >= 1, got 0"),
+        (dict(n_ctx=0), ValueError, "n_ctx: expected an int >= 1, got 0"),
+        (dict(d_model=0), ValueError, "d_model: expected an int >= 1, got 0"),
+        (dict(n_heads=0), ValueError, "n_heads: expected an int >= 1, got 0"),
+        (dict(n_token_types=-1), ValueError, "n_token_types: expected an int >= 0, got -1"),
+        (dict(n_experts=-1), ValueError, "n_experts: expected an int >= 0, got -1"),
+        (dict(top_k=0), ValueError, "top_k: expected an int >= 1, got 0"),
+        (dict(n_experts=2, top_k=3), ValueError, "top_k: expected at most n_experts=2, got 3"),
+        (dict(capacity_factor=0.0), ValueError, "capacity_factor: expected a finite number > 0, got 0.0"),
+        (dict(d_ff=0), ValueError, "d_ff: expected an int >= 1, got 0"),
+        (dict(n_kv_heads=0), ValueError, "n_kv_heads: expected an int >= 1, got 0"),
+        (dict(norm_eps=0.0), ValueError, "norm_eps: expected a finite number > 0, got 0.0"),
+        (dict(rope_base=0.0), ValueError, "rope_base: expected a finite number > 0, got 0.0"),
+        (dict(mlp="x"), ValueError, "mlp: expected one of 'relu', 'gelu', 'gelu_tanh', 'swiglu', got 'x'"),
+        (dict(norm="x"), ValueError, "norm: expected one of 'layernorm', 'rmsnorm', got 'x'"),
+        (dict(positional="x"), ValueError,
+         "positional: expected one of 'learned', 'sinusoidal', 'rope', 'alibi', 'none', got 'x'"),
+        (dict(d_model=18), ValueError, "d_model: expected a multiple of n_heads=4, got d_model=18"),
+        (dict(n_kv_heads=3), ValueError, "n_kv_heads: expected a divisor of n_heads=4, got n_kv_heads=3"),
+        (dict(d_model=12, positional="rope"), ValueError,
+         "d_model: expected an even d_head for positional='rope', got d_head=3"),
+    ] + [(dict([(flag, 1)]), TypeError, f"{flag}: expected a bool, got int (1)") for flag in FLAGS]
+    assert FLAGS == ("norm_first", "bias", "tied_embeddings", "causal", "embedding_norm", "final_norm",
+                     "pooler", "lm_head")
+    for changes, exc, message in cases:
+        with pytest.raises(exc) as info:
+            ModelConfig(**{**BASE, **changes})
+        assert str(info.value) == message, changes
+    for ok in (dict(n_token_types=0), dict(n_experts=0, top_k=5), dict(n_experts=2, top_k=2),
+               dict(d_model=12, positional="learned")):
+        ModelConfig(**{**BASE, **ok})                                   # the boundaries are allowed
+
+
+def test_config_documented_defaults_and_derived_sizes():
+    """The defaults the docstring promises: a GPT-2-like pre-norm decoder."""
+    c = ModelConfig(**BASE)
+    assert (c.mlp, c.norm, c.norm_first, c.bias, c.tied_embeddings, c.positional, c.causal) == \
+        ("gelu", "layernorm", True, True, True, "learned", True)
+    assert (c.norm_eps, c.n_token_types, c.embedding_norm, c.final_norm, c.pooler, c.lm_head) == \
+        (1e-5, 0, False, True, False, True)
+    assert (c.rope_base, c.n_experts, c.top_k, c.capacity_factor, c.moe) == (10000.0, 0, 2, None, False)
+    g = ModelConfig(**{**BASE, "n_kv_heads": 2, "n_experts": 4})
+    assert (g.d_head, g.kv_dim, g.n_groups, g.moe) == (4, 8, 2, True)
