@@ -6,9 +6,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from torch_helpers import rand, randomize, ref_block
+from torch_helpers import rand, randomize, ref_block, ref_mlp, ref_rope
 from transformer_lib.attention import causal_mask
-from transformer_lib.block import MLP, LayerNorm, RMSNorm, TransformerBlock
+from transformer_lib.block import MLP, LayerNorm, RMSNorm, TransformerBlock, make_norm
 
 TOL = dict(atol=1e-6, rtol=1e-6)
 D64 = torch.float64
@@ -190,3 +190,95 @@ def test_error_mask_checked_before_the_causal_mask_is_combined(mask, error, mess
     block = TransformerBlock(8, 2, causal=True)
     with pytest.raises(error, match=re.escape(message)):
         block(torch.ones(2, 5, 8), mask=mask)
+
+
+# ------------------------------------------------------------------ defaults, exact errors, dtypes
+def test_norm_defaults_match_torch_where_eps_matters():
+    """LayerNorm's default ε is 1e-5 with a bias, RMSNorm's 1e-6 (torch's and LLaMA's values):
+    at input scale 1e-3 the variance (1e-6) is comparable to ε, so a wrong default shows."""
+    x = rand(3, 16, seed=30) * 1e-3
+    ln, rms = randomize(LayerNorm(16).double(), seed=1), randomize(RMSNorm(16).double(), seed=2)
+    assert ln.bias is not None
+    torch.testing.assert_close(ln(x), F.layer_norm(x, (16,), ln.weight, ln.bias, 1e-5), **TOL)
+    torch.testing.assert_close(rms(x), F.rms_norm(x, (16,), rms.weight, 1e-6), **TOL)
+    assert ln.extra_repr() == "16, eps=1e-05, bias=True"
+    assert LayerNorm(4, bias=False).extra_repr() == "4, eps=1e-05, bias=False"
+    assert rms.extra_repr() == "16, eps=1e-06"
+    assert make_norm("layernorm", 4, 1e-5).bias is not None                  # bias=True by default
+    assert isinstance(make_norm("rmsnorm", 4, 1e-6), RMSNorm)
+
+
+def test_rmsnorm_in_float16_squares_in_float32():
+    """float16 inputs of size 1000 have squares (1e6) past float16's maximum (65504): RMSNorm
+    squares them in float32 and returns float16, like F.rms_norm on float32 then cast."""
+    x = rand(4, 8, seed=31) * 1000
+    rms = randomize(RMSNorm(8), seed=3)
+    out = rms.half()(x.half())
+    assert out.dtype == torch.float16
+    expected = F.rms_norm(x.half().float(), (8,), rms.weight.float(), 1e-6).half()
+    torch.testing.assert_close(out, expected, atol=2e-3, rtol=2e-3)
+    assert torch.isfinite(out).all()
+
+
+def test_block_defaults_are_a_gpt2_style_pre_norm_block():
+    """TransformerBlock(d, h): pre-norm, GELU MLP of width 4d, LayerNorm with ε = 1e-5 and
+    biases, non-causal, no RoPE/ALiBi, residuals; checked against the functional reference with
+    those values written out (inputs at scale 1e-3, where ε matters)."""
+    block = randomize(TransformerBlock(16, 4).double(), seed=4)
+    assert block.attn.q_proj.bias is not None and block.mlp.fc1.bias is not None
+    assert block.norm1.bias is not None and block.mlp.activation == "gelu" and block.mlp.d_ff == 64
+    assert block.attn.rope_base == 10000.0
+    x = rand(2, 5, 16, seed=32) * 1e-3
+    expected = ref_block(block, x, "layernorm", norm_first=True, eps=1e-5, causal=False, rope=False, alibi=False)
+    torch.testing.assert_close(block(x), expected, **TOL)
+
+
+@pytest.mark.parametrize("norm_first", [True, False])
+@pytest.mark.parametrize("kind", ["rope", "alibi"])
+def test_block_passes_mask_and_positions_to_attention(norm_first, kind):
+    """Explicit positions (not 0…n−1) and a key-padding mask reach the attention, in both norm
+    placements: a reference with F.scaled_dot_product_attention, a complex-number RoPE and a
+    hand-built ALiBi bias at those positions."""
+    d, h, n = 16, 4, 5
+    block = randomize(TransformerBlock(d, h, norm_first=norm_first, causal=True, **{kind: True}).double(), seed=5)
+    x = rand(2, n, d, seed=33)
+    pos = torch.tensor([0, 2, 3, 7, 8])
+    keep = torch.tensor([[True] * 5, [True, False, True, True, True]])[:, None, None, :]
+    mha = block.attn
+
+    def attention(y):
+        q = F.linear(y, mha.q_proj.weight, mha.q_proj.bias).view(2, n, h, -1).transpose(1, 2)
+        k = F.linear(y, mha.k_proj.weight, mha.k_proj.bias).view(2, n, h, -1).transpose(1, 2)
+        v = F.linear(y, mha.v_proj.weight, mha.v_proj.bias).view(2, n, h, -1).transpose(1, 2)
+        allowed = keep & torch.ones(n, n, dtype=torch.bool).tril()
+        bias = torch.zeros(2, h, n, n, dtype=D64).masked_fill(~allowed, float("-inf"))
+        if kind == "rope":
+            q, k = ref_rope(q, pos, 10000.0), ref_rope(k, pos, 10000.0)
+        else:
+            slopes = torch.tensor([2.0 ** (-8.0 * i / h) for i in range(1, h + 1)], dtype=D64)
+            bias = bias - slopes[:, None, None] * (pos[:, None] - pos[None, :]).abs().to(D64)
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=bias).transpose(1, 2).reshape(2, n, d)
+        return F.linear(o, mha.out_proj.weight, mha.out_proj.bias)
+
+    ln = lambda y, norm: F.layer_norm(y, (d,), norm.weight, norm.bias, 1e-5)  # noqa: E731
+    if norm_first:
+        x1 = x + attention(ln(x, block.norm1))
+        expected = x1 + ref_mlp(block.mlp, ln(x1, block.norm2))
+    else:
+        x1 = ln(x + attention(x), block.norm1)
+        expected = ln(x1 + ref_mlp(block.mlp, x1), block.norm2)
+    torch.testing.assert_close(block(x, mask=keep, positions=pos), expected, **TOL)
+
+
+def test_from_torch_errors_and_default_causal():
+    with pytest.raises(ValueError, match=r"^layer: expected batch_first=True, got False$"):
+        TransformerBlock.from_torch(nn.TransformerEncoderLayer(8, 2, 16))
+    with pytest.raises(ValueError, match=r"^layer: expected activation relu or gelu, got <built-in method tanh"):
+        TransformerBlock.from_torch(nn.TransformerEncoderLayer(8, 2, 16, activation=torch.tanh, batch_first=True))
+    layer = randomize(nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True).double(), seed=6).eval()
+    block = TransformerBlock.from_torch(layer)
+    assert block.attn.causal is False and block.mlp.activation == "relu"
+    assert TransformerBlock.from_torch(nn.TransformerEncoderLayer(8, 2, 16, activation="gelu",
+                                                                  batch_first=True)).mlp.activation == "gelu"
+    x = rand(2, 4, 8, seed=34)
+    torch.testing.assert_close(block(x), layer(x), **TOL)

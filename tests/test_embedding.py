@@ -177,3 +177,75 @@ def test_nadaraya_watson_errors():
         nadaraya_watson(x, torch.zeros(0), torch.zeros(0), 1.0)
     with pytest.raises(ValueError, match=r"bandwidth: expected a finite number > 0, got 0"):
         nadaraya_watson(x, x, x, 0)
+
+
+# ------------------------------------------------------------------ exact errors, initialisation, devices
+def test_every_embedding_error_names_argument_expected_and_actual():
+    mixing = FixedMixing(5, d=2)
+    tail = "; a fixed (n, n) mixing matrix cannot handle another set size"
+    cases = [
+        (ValueError, "ids: expected values in [0, num_classes=5), got min 5 and max 5", one_hot, torch.tensor([5]), 5),
+        (ValueError, "num_classes: expected an int >= 1, got 0", one_hot, torch.tensor([0]), 0),
+        (ValueError, "ids: expected values in [0, C=5), got min 5 and max 5", embed, torch.tensor([5]), torch.zeros(5, 2)),
+        (ValueError, "W_E: expected a 2-D tensor of shape (C, d), got (5,)", embed, torch.tensor([0]), torch.zeros(5)),
+        (ValueError, "W_E: expected a 2-D tensor of shape (C, d), got (1, 5, 2)", embed, torch.tensor([0]),
+         torch.zeros(1, 5, 2)),
+        (TypeError, "W_E: expected a torch.Tensor, got list", embed, torch.tensor([0]), [[0.0]]),
+        (ValueError, "n: expected an int >= 1, got 0", FixedMixing, 0),
+        (ValueError, "d: expected an int >= 1, got 0", FixedMixing, 3, 0),
+        (ValueError, "weight: expected a square 2-D tensor (n, n), got (2, 3)", FixedMixing.from_weight, torch.ones(2, 3)),
+        (ValueError, "weight: expected a square 2-D tensor (n, n), got (2, 2, 2)", FixedMixing.from_weight,
+         torch.ones(2, 2, 2)),
+        (TypeError, "weight: expected a torch.Tensor, got list", FixedMixing.from_weight, [[1.0]]),
+        (ValueError, "x: expected a set of n=5 elements, shape (..., 5, d), got shape (7, 2) with 7 elements" + tail,
+         mixing, torch.ones(7, 2)),
+        (ValueError, "x: expected a set of n=5 elements, shape (..., 5, d), got shape (5,) with no elements" + tail,
+         mixing, torch.ones(5)),
+        (ValueError, "x: expected feature width d=2, got shape (5, 3)", mixing, torch.ones(5, 3)),
+        (TypeError, "x: expected a torch.Tensor, got list", mixing, [1.0]),
+        (ValueError, "bandwidth: expected a finite number > 0, got 0.0", gaussian_kernel, torch.ones(1), 0.0),
+        (ValueError, "x_query: expected a 1-D tensor, got shape (2, 2)", nadaraya_watson,
+         torch.ones(2, 2), torch.ones(3), torch.ones(3), 1.0),
+        (ValueError, "x_train: expected a 1-D tensor, got shape (4, 1)", nadaraya_watson,
+         torch.ones(2), torch.ones(4, 1), torch.ones(3), 1.0),
+        (ValueError, "y_train: expected a 1-D tensor, got shape (3, 1)", nadaraya_watson,
+         torch.ones(2), torch.ones(3), torch.ones(3, 1), 1.0),
+        (ValueError, "y_train: expected shape (4,) like x_train, got (3,)", nadaraya_watson,
+         torch.ones(2), torch.ones(4), torch.ones(3), 1.0),
+        (ValueError, "x_train: expected at least one training point, got shape (0,)", nadaraya_watson,
+         torch.ones(2), torch.ones(0), torch.ones(0), 1.0),
+        (ValueError, "bandwidth: expected a finite number > 0, got 0.0", nadaraya_watson,
+         torch.ones(2), torch.ones(3), torch.ones(3), 0.0),
+    ]
+    for exc, message, fn, *args in cases:
+        with pytest.raises(exc) as info:
+            fn(*args)
+        assert str(info.value) == message
+
+
+def test_one_hot_and_embed_on_batches_and_wide_tables():
+    """(b, k) ids against F.one_hot; a table wider than it is tall (C = 3 < d = 8) accepts ids
+    up to C - 1 only."""
+    ids = torch.tensor([[0, 4, 2], [3, 3, 1]])
+    torch.testing.assert_close(one_hot(ids, 5), F.one_hot(ids, 5).float(), atol=0, rtol=0)
+    assert one_hot(ids, 5).dtype == torch.float32
+    W_E = torch.arange(24.0).reshape(3, 8)
+    torch.testing.assert_close(embed(torch.tensor([2, 0]), W_E), F.embedding(torch.tensor([2, 0]), W_E))
+    with pytest.raises(ValueError):
+        embed(torch.tensor([3]), W_E)
+
+
+def test_fixed_mixing_initialisation_is_nn_linear_range():
+    """Weights uniform in [-1/√n, 1/√n] (nn.Linear's default range), covering both signs."""
+    layer = FixedMixing(64, generator=torch.Generator().manual_seed(0))
+    w, bound = layer.weight, 1 / math.sqrt(64)
+    assert w.abs().max() <= bound and w.min() < -0.9 * bound and w.max() > 0.9 * bound
+    assert abs(w.mean().item()) < 0.01
+
+
+def test_from_weight_leaves_the_global_random_state_alone():
+    torch.manual_seed(0)
+    expected = torch.rand(3)
+    torch.manual_seed(0)
+    FixedMixing.from_weight(torch.eye(4))
+    torch.testing.assert_close(torch.rand(3), expected, atol=0, rtol=0)

@@ -1,6 +1,7 @@
 """The decoder-only GPT (Chapter 7): exact sizes, GPT-2 weights, causality, KV-cache generation."""
 from __future__ import annotations
 
+import math
 import re
 
 import pytest
@@ -338,3 +339,141 @@ def test_config_defaults_and_encoder_rejected():
         GPT(ModelConfig(**{**BASE, "causal": False}))
     with pytest.raises(TypeError, match="config: expected a ModelConfig, got dict"):
         GPT(BASE)
+
+
+# ------------------------------------------------------------------ exact errors, unbatched, buffers, sampling
+def test_every_model_error_names_argument_expected_and_actual(small):
+    z = lambda *shape: torch.zeros(*shape, dtype=torch.long)  # noqa: E731
+    cache = [{} for _ in range(2)]
+    small(z(1, 10), cache=cache)
+    cases = [
+        (ValueError, "config.causal: GPT is a decoder-only LM and expects True, got False",
+         lambda: GPT(ModelConfig(**BASE, causal=False))),
+        (ValueError, "config.n_token_types: GPT is a decoder-only LM and expects 0, got 2",
+         lambda: GPT(ModelConfig(**BASE, n_token_types=2))),
+        (ValueError, "config.pooler: GPT is a decoder-only LM and expects False, got True",
+         lambda: GPT(ModelConfig(**BASE, pooler=True))),
+        (ValueError, "config.lm_head: GPT is a decoder-only LM and expects True, got False",
+         lambda: GPT(ModelConfig(**BASE, lm_head=False))),
+        (TypeError, "config: expected a ModelConfig, got dict", lambda: GPT(BASE)),
+        (TypeError, "residual: expected a bool, got int (1)", lambda: GPT(ModelConfig(**BASE), residual=1)),
+        (ValueError, "idx: expected at most n_ctx=12 tokens, got n=13", lambda: small(z(1, 13))),
+        (ValueError, "idx: expected at most n_ctx=12 tokens, got 10 cached + 3 new = 13",
+         lambda: small(z(1, 3), cache=cache)),
+        (ValueError, "idx: expected shape (batch, n) or (n,), got (1, 2, 3)", lambda: small(z(1, 2, 3))),
+        (ValueError, "cache: expected a list of 2 dicts (one per layer), got list of length 1",
+         lambda: small(z(1, 2), cache=[{}])),
+        (ValueError, "cache: expected a list of 2 dicts (one per layer), got dict of length ?",
+         lambda: small(z(1, 2), cache={})),
+        (ValueError, "cache: expected a list of 2 dicts (one per layer), got list of length 2",
+         lambda: small(z(1, 2), cache=[{}, 3])),
+        (ValueError, "positions: expected values in [0, n_ctx=12), got min 0 and max 12",
+         lambda: small(z(1, 2), positions=torch.tensor([0, 12]))),
+        (TypeError, "return_stream: expected a bool, got int (1)", lambda: small(z(1, 2), return_stream=1)),
+        (ValueError, "top_k: expected at most vocab_size=23, got 24", lambda: small.generate(z(1, 2), 1, top_k=24)),
+        (ValueError, "top_k: expected an int >= 1, got 0", lambda: small.generate(z(1, 2), 1, top_k=0)),
+        (ValueError, "temperature: expected a finite number >= 0, got -1.0",
+         lambda: small.generate(z(1, 2), 1, temperature=-1.0)),
+    ]
+    for exc, message, fn in cases:
+        with pytest.raises(exc) as info:
+            fn()
+        assert str(info.value) == message
+    assert small(z(1, 12)).shape == (1, 12, 23)                      # exactly n_ctx tokens is fine
+
+
+@pytest.mark.parametrize("name", ["sinusoidal-untied", "llama-like", "gpt2-like"])
+def test_unbatched_forward_and_stream_match_the_reference(name):
+    torch.manual_seed(0)
+    model = randomize(GPT(make(name)).double(), seed=3).eval()
+    idx = _ids(7, 23, seed=4, batch=None)
+    expected = ref_gpt(model, idx[None])[0]
+    torch.testing.assert_close(model(idx), expected, atol=1e-6, rtol=1e-6)
+    logits, stream = model(idx, return_stream=True)
+    torch.testing.assert_close(logits, expected, atol=1e-6, rtol=1e-6)
+    assert len(stream.states) == 1 + 2 * len(model.blocks) and stream.states[0].shape == (7, 16)
+
+
+def test_sinusoidal_table_is_a_buffer_outside_the_state_dict():
+    """The sinusoidal table is fixed: not a parameter and not saved (persistent=False), so GPT-2
+    style checkpoints load without it."""
+    model = GPT(make("sinusoidal-untied"))
+    assert "pos_enc" in dict(model.named_buffers()) and "pos_enc" not in model.state_dict()
+    assert not any("pos" in name for name, _ in model.named_parameters())
+    torch.testing.assert_close(model.pos_enc[3, :2].double(), torch.tensor([math.sin(3.0), math.cos(3.0)],
+                                                                          dtype=torch.float64), atol=1e-6, rtol=0)
+    assert model.lm_head.bias is None and model.residual is True
+
+
+def test_sampling_rows_are_independent():
+    """Each sequence of a batch samples from its own softmax: a batch of two different prompts
+    draws, per row, the frequencies of that row's distribution (not of the batch's)."""
+    logits = torch.tensor([[4.0, 0.0, 0.0], [0.0, 0.0, 4.0]])
+    g = torch.Generator().manual_seed(0)
+    draws = torch.cat([GPT._sample(logits, 1.0, None, g) for _ in range(400)], dim=1)
+    p = torch.softmax(logits, -1)
+    freq0 = (draws[0] == 0).float().mean().item()
+    freq2 = (draws[1] == 2).float().mean().item()
+    assert abs(freq0 - p[0, 0].item()) < 0.06 and abs(freq2 - p[1, 2].item()) < 0.06
+    assert GPT._sample(logits, 0.0, None, None).tolist() == [[0], [2]]
+    assert GPT._sample(logits, 1.0, 1, g).tolist() == [[0], [2]]                # top_k = 1 is greedy
+
+
+def test_one_layer_model_generates_the_same_with_and_without_cache():
+    """A single block: the cache length is read from the only layer's dict."""
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(**{**BASE, "n_layers": 1})).eval()
+    prompt = _ids(3, 23, seed=5)
+    cached = model.generate(prompt, 8, temperature=0.0, use_cache=True)       # 11 <= n_ctx tokens
+    torch.testing.assert_close(cached, model.generate(prompt, 8, temperature=0.0, use_cache=False))
+    expected = ref_gpt(model, cached[:, :-1]).argmax(-1)[:, 2:]                # greedy, hand-assembled
+    assert torch.equal(cached[:, 3:], expected)
+
+
+def test_every_config_error_names_argument_expected_and_actual():
+    from transformer_lib.config import FLAGS
+
+    cases = [
+        (dict(vocab_size=0), ValueError, "vocab_size: expected an int >= 1, got 0"),
+        (dict(n_ctx=0), ValueError, "n_ctx: expected an int >= 1, got 0"),
+        (dict(d_model=0), ValueError, "d_model: expected an int >= 1, got 0"),
+        (dict(n_heads=0), ValueError, "n_heads: expected an int >= 1, got 0"),
+        (dict(n_token_types=-1), ValueError, "n_token_types: expected an int >= 0, got -1"),
+        (dict(n_experts=-1), ValueError, "n_experts: expected an int >= 0, got -1"),
+        (dict(top_k=0), ValueError, "top_k: expected an int >= 1, got 0"),
+        (dict(n_experts=2, top_k=3), ValueError, "top_k: expected at most n_experts=2, got 3"),
+        (dict(capacity_factor=0.0), ValueError, "capacity_factor: expected a finite number > 0, got 0.0"),
+        (dict(d_ff=0), ValueError, "d_ff: expected an int >= 1, got 0"),
+        (dict(n_kv_heads=0), ValueError, "n_kv_heads: expected an int >= 1, got 0"),
+        (dict(norm_eps=0.0), ValueError, "norm_eps: expected a finite number > 0, got 0.0"),
+        (dict(rope_base=0.0), ValueError, "rope_base: expected a finite number > 0, got 0.0"),
+        (dict(mlp="x"), ValueError, "mlp: expected one of 'relu', 'gelu', 'gelu_tanh', 'swiglu', got 'x'"),
+        (dict(norm="x"), ValueError, "norm: expected one of 'layernorm', 'rmsnorm', got 'x'"),
+        (dict(positional="x"), ValueError,
+         "positional: expected one of 'learned', 'sinusoidal', 'rope', 'alibi', 'none', got 'x'"),
+        (dict(d_model=18), ValueError, "d_model: expected a multiple of n_heads=4, got d_model=18"),
+        (dict(n_kv_heads=3), ValueError, "n_kv_heads: expected a divisor of n_heads=4, got n_kv_heads=3"),
+        (dict(d_model=12, positional="rope"), ValueError,
+         "d_model: expected an even d_head for positional='rope', got d_head=3"),
+    ] + [(dict([(flag, 1)]), TypeError, f"{flag}: expected a bool, got int (1)") for flag in FLAGS]
+    assert FLAGS == ("norm_first", "bias", "tied_embeddings", "causal", "embedding_norm", "final_norm",
+                     "pooler", "lm_head")
+    for changes, exc, message in cases:
+        with pytest.raises(exc) as info:
+            ModelConfig(**{**BASE, **changes})
+        assert str(info.value) == message, changes
+    for ok in (dict(n_token_types=0), dict(n_experts=0, top_k=5), dict(n_experts=2, top_k=2),
+               dict(d_model=12, positional="learned")):
+        ModelConfig(**{**BASE, **ok})                                   # the boundaries are allowed
+
+
+def test_config_documented_defaults_and_derived_sizes():
+    """The defaults the docstring promises: a GPT-2-like pre-norm decoder."""
+    c = ModelConfig(**BASE)
+    assert (c.mlp, c.norm, c.norm_first, c.bias, c.tied_embeddings, c.positional, c.causal) == \
+        ("gelu", "layernorm", True, True, True, "learned", True)
+    assert (c.norm_eps, c.n_token_types, c.embedding_norm, c.final_norm, c.pooler, c.lm_head) == \
+        (1e-5, 0, False, True, False, True)
+    assert (c.rope_base, c.n_experts, c.top_k, c.capacity_factor, c.moe) == (10000.0, 0, 2, None, False)
+    g = ModelConfig(**{**BASE, "n_kv_heads": 2, "n_experts": 4})
+    assert (g.d_head, g.kv_dim, g.n_groups, g.moe) == (4, 8, 2, True)

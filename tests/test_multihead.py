@@ -277,3 +277,190 @@ def test_error_cache_type_and_context():
         mha(torch.ones(4, 8), cache=[])
     with pytest.raises(ValueError, match=r"cache: expected None with context"):
         mha(torch.ones(4, 8), context=torch.ones(3, 8), cache={})
+
+
+# ------------------------------------------------------------------ every error names argument, expected, actual
+def test_split_and_merge_heads_errors():
+    with pytest.raises(ValueError, match=r"^x: expected shape \(…, n, d\) with d divisible by n_heads=3, "
+                                         r"got \(2, 5, 8\)$"):
+        split_heads(torch.ones(2, 5, 8), 3)
+    with pytest.raises(ValueError, match=r"^x: expected shape .*n_heads=2, got \(4,\)$"):
+        split_heads(torch.ones(4), 2)
+    with pytest.raises(ValueError, match=r"^x: expected shape \(…, h, n, d_k\), got \(4, 6\)$"):
+        merge_heads(torch.ones(4, 6))
+    assert merge_heads(torch.arange(6.0).reshape(2, 1, 3)).tolist() == [[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]]
+
+
+@pytest.mark.parametrize("name", ["bias", "causal", "rope", "alibi"])
+def test_error_flags_must_be_bools(name):
+    with pytest.raises(TypeError, match=rf"^{name}: expected a bool, got int \(1\)$"):
+        MultiHeadAttention(8, 2, **{name: 1})
+
+
+def test_error_constructor_arguments():
+    with pytest.raises(TypeError, match=r"^d_model: expected an int, got float \(8.0\)$"):
+        MultiHeadAttention(8.0, 2)
+    with pytest.raises(TypeError, match=r"^n_heads: expected an int, got float \(2.0\)$"):
+        MultiHeadAttention(8, 2.0)
+    with pytest.raises(ValueError, match=r"^rope_base: expected a finite number > 0, got 0"):
+        MultiHeadAttention(8, 2, rope_base=0.0)
+    with pytest.raises(TypeError, match=r"^n_kv_heads: expected an int, got float \(1.0\)$"):
+        MultiHeadAttention(8, 2, n_kv_heads=1.0)
+    with pytest.raises(ValueError, match=r"^rope: expected an even head width d_k, got d_k=3$"):
+        MultiHeadAttention(6, 2, rope=True)
+    MultiHeadAttention(6, 2, alibi=True)                    # an odd d_k is fine without RoPE
+    MultiHeadAttention(6, 3, rope=True)                     # d_k = 2 is even
+
+
+def test_repr_names_the_options():
+    m = MultiHeadAttention(8, 4, causal=True, n_kv_heads=2, rope=True)
+    assert m.extra_repr() == "d_model=8, n_heads=4, n_kv_heads=2, causal=True, rope=True, alibi=False"
+
+
+def test_default_rope_base_is_10000():
+    """The default base is LLaMA-2's θ = 10000: the cached keys of a default RoPE layer equal a
+    hand-written rotation with base 10000 (ref_mha would read the layer's own base)."""
+    mha = randomize(make(8, 2, causal=True, rope=True), seed=1)
+    assert mha.rope_base == 10000.0
+    x = rand(1, 5, 8, seed=2)
+    cache = {}
+    mha(x, cache=cache)
+    k = F.linear(x, mha.k_proj.weight, mha.k_proj.bias).view(1, 5, 2, -1).transpose(1, 2)
+    torch.testing.assert_close(cache["k"], ref_rope(k, torch.arange(5), 10000.0), **TOL)
+
+
+def test_error_input_shapes_name_what_was_expected():
+    mha = MultiHeadAttention(8, 2)
+    with pytest.raises(ValueError, match=r"^x: expected shape \(batch, len, d_model\) or \(len, d_model\) "
+                                         r"with d_model=8, got \(8,\)$"):
+        mha(torch.ones(8))
+    with pytest.raises(ValueError, match=r"^context: expected shape \(len, d_model\) with d_model=8, "
+                                         r"got \(1, 3, 8\)$"):
+        mha(torch.ones(4, 8), context=torch.ones(1, 3, 8))
+    with pytest.raises(ValueError, match=r"^context: expected shape \(batch, len, d_model\) with d_model=8, "
+                                         r"got \(2, 3, 6\)$"):
+        mha(torch.ones(2, 4, 8), context=torch.ones(2, 3, 6))
+    with pytest.raises(TypeError, match=r"^x: expected a torch.Tensor, got list$"):
+        mha([[0.0] * 8])
+
+
+def test_error_cross_attention_arguments():
+    x, ctx = torch.ones(2, 4, 8), torch.ones(2, 3, 8)
+    with pytest.raises(ValueError, match=r"^context: expected batch size 2 \(as x\), got 3 \(shape \(3, 3, 8\)\)$"):
+        MultiHeadAttention(8, 2)(x, context=torch.ones(3, 3, 8))
+    with pytest.raises(ValueError, match=r"^cache: expected None with context \(the cache is for self-attention\)$"):
+        MultiHeadAttention(8, 2)(x, context=ctx, cache={})
+    with pytest.raises(ValueError, match=r"^positions: expected None with context \(positions are for self-attention\)$"):
+        MultiHeadAttention(8, 2)(x, context=ctx, positions=torch.arange(4))
+    for flag in ("rope", "alibi"):
+        with pytest.raises(ValueError, match=r"^context: rope/alibi positions need self-attention, got a context$"):
+            MultiHeadAttention(8, 2, **{flag: True})(x, context=ctx)
+    with pytest.raises(ValueError, match=r"^context: expected at least n=4 positions for causal attention "
+                                         r"\(queries are the last n\), got 3$"):
+        MultiHeadAttention(8, 2, causal=True)(x, context=ctx)
+    MultiHeadAttention(8, 2, causal=True)(x, context=torch.ones(2, 4, 8))       # m == n is allowed
+    assert MultiHeadAttention(8, 2)(x, context=ctx).shape == (2, 4, 8)         # m < n: fine without a causal mask
+
+
+def test_causal_cross_attention_is_bottom_right_aligned():
+    """Causal cross-attention with m >= n context positions: query i sees keys j <= i + m - n
+    (F.scaled_dot_product_attention with tril(m - n))."""
+    d, h, n, m = 8, 2, 3, 5
+    mha = randomize(make(d, h, causal=True), seed=8)
+    x, ctx = rand(2, n, d, seed=12), rand(2, m, d, seed=13)
+    out, w = mha(x, context=ctx, return_weights=True)
+    torch.testing.assert_close(out, ref_mha(mha, x, context=ctx), **TOL)
+    allowed = torch.ones(n, m, dtype=torch.bool).tril(m - n)
+    assert torch.all(w[..., ~allowed] == 0) and torch.all(w[..., allowed] > 0)
+
+
+def test_error_cache_from_another_layer_shape():
+    mha = MultiHeadAttention(8, 2, causal=True)
+    cache = {"k": torch.zeros(1, 4, 3, 4), "v": torch.zeros(1, 4, 3, 4), "pos": torch.zeros(1, 3)}
+    with pytest.raises(ValueError, match=r"^cache: expected cached keys of shape \(2, 2, t, 4\), "
+                                         r"got \(1, 4, 3, 4\)$"):
+        mha(torch.ones(2, 1, 8), cache=cache)
+
+
+def test_from_torch_errors():
+    with pytest.raises(ValueError, match=r"^m: expected batch_first=True, got False$"):
+        MultiHeadAttention.from_torch(nn.MultiheadAttention(8, 2))
+    with pytest.raises(TypeError, match=r"^m: expected nn.MultiheadAttention, got Linear$"):
+        MultiHeadAttention.from_torch(nn.Linear(8, 8))
+    for kw in (dict(kdim=4), dict(add_bias_kv=True), dict(add_zero_attn=True)):
+        with pytest.raises(ValueError, match=r"^m: expected kdim == vdim == embed_dim, add_bias_kv=False, "
+                                             r"add_zero_attn=False$"):
+            MultiHeadAttention.from_torch(nn.MultiheadAttention(8, 2, batch_first=True, **kw))
+
+
+def test_unbatched_cross_attention_matches_torch():
+    ref = randomize(nn.MultiheadAttention(8, 2, batch_first=True).double(), seed=4).eval()
+    ours = MultiHeadAttention.from_torch(ref)
+    x, ctx = rand(4, 8, seed=14), rand(6, 8, seed=15)
+    out, w = ours(x, context=ctx, return_weights=True)
+    ref_out, ref_w = ref(x[None], ctx[None], ctx[None], average_attn_weights=False)
+    assert out.shape == (4, 8) and w.shape == (2, 4, 6)
+    torch.testing.assert_close(out, ref_out[0], **TOL)
+    torch.testing.assert_close(w, ref_w[0], **TOL)
+
+
+def test_padding_mask_with_batch_unlike_heads():
+    """b = 3 sequences, h = 2 heads: the mask is checked against (b, h, n, m) and a key-padding
+    mask (b, 1, 1, m) reaches each sequence (F.scaled_dot_product_attention with mask & tril)."""
+    d, h, n = 8, 2, 5
+    mha = randomize(make(d, h, causal=True), seed=9)
+    x = rand(3, n, d, seed=16)
+    keep = torch.tensor([[True] * 5, [True, True, True, False, False], [True, False, True, True, True]])
+    keep = keep[:, None, None, :]
+    with pytest.raises(ValueError, match=r"^mask: expected a shape broadcastable to \(3, 2, 5, 5\), got \(2, 1, 1, 5\)$"):
+        mha(x, mask=keep[:2])
+    allowed = keep & torch.ones(n, n, dtype=torch.bool).tril()
+    q = F.linear(x, mha.q_proj.weight, mha.q_proj.bias).view(3, n, h, -1).transpose(1, 2)
+    k = F.linear(x, mha.k_proj.weight, mha.k_proj.bias).view(3, n, h, -1).transpose(1, 2)
+    v = F.linear(x, mha.v_proj.weight, mha.v_proj.bias).view(3, n, h, -1).transpose(1, 2)
+    o = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed).transpose(1, 2).reshape(3, n, d)
+    torch.testing.assert_close(mha(x, mask=keep), F.linear(o, mha.out_proj.weight, mha.out_proj.bias), **TOL)
+
+
+@pytest.mark.parametrize("kw", [{}, {"rope": True}, {"alibi": True}, {"n_kv_heads": 1}])
+def test_forward_and_cache_stay_on_the_input_device(kw):
+    """Every tensor the layer builds (causal mask, positions, ALiBi bias) follows the input's
+    device: the meta device stands in for a GPU (a CPU tensor mixed in would raise)."""
+    with torch.device("meta"):
+        mha = MultiHeadAttention(8, 2, causal=True, **kw)
+        x = torch.ones(2, 5, 8)
+    assert mha(x).device.type == "meta"
+    cache = {}
+    assert mha(x[:, :3], cache=cache).device.type == "meta"
+    assert mha(x[:, 3:], cache=cache).device.type == "meta"
+    assert cache["pos"].device.type == "meta" and cache["pos"].shape == (2, 5)
+
+
+def test_cache_positions_are_stored_per_sequence():
+    mha = make(8, 2, causal=True, alibi=True)
+    cache = {}
+    mha(rand(2, 3, 8, seed=17), cache=cache)
+    mha(rand(2, 1, 8, seed=18), cache=cache)
+    assert cache["pos"].tolist() == [[0, 1, 2, 3], [0, 1, 2, 3]]
+    assert cache["k"].shape == cache["v"].shape == (2, 2, 4, 4)
+
+
+@pytest.mark.parametrize("kw", [{"alibi": True}, {"rope": True}])
+def test_bfloat16_layer_keeps_its_dtype(kw):
+    """In bfloat16 the ALiBi bias and the RoPE rotation are built in the layer's dtype: the
+    output stays bfloat16 and matches the float64 reference to bfloat16 precision."""
+    mha = randomize(make(16, 4, causal=True, **kw), seed=10)
+    x = rand(2, 6, 16, seed=19)
+    expected = ref_mha(mha, x)
+    out = mha.to(torch.bfloat16)(x.to(torch.bfloat16))
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.double(), expected, atol=0.1, rtol=0.05)
+
+
+def test_rope_base_reaches_the_queries_too():
+    """rope_base = 100 rotates queries and keys alike: the output equals the reference built
+    with base 100 (hand-written rotation), and differs from the default base's."""
+    mha = randomize(make(16, 4, causal=True, rope=True, rope_base=100.0), seed=11)
+    x = rand(2, 6, 16, seed=20)
+    torch.testing.assert_close(mha(x), ref_mha(mha, x, rope_base=100.0), **TOL)
+    assert not torch.allclose(mha(x), ref_mha(mha, x, rope_base=10000.0))

@@ -4,6 +4,8 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
+import math  # noqa: E402
+
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
@@ -248,3 +250,155 @@ def test_alibi_errors():
         alibi_bias(3, 2, m=0)
     with pytest.raises(ValueError, match=r"m: expected m >= n=5 .*got m=3"):
         alibi_bias(5, 2, m=3)
+
+
+# ------------------------------------------------- exact errors (argument, expected, actual) and defaults
+def _raises(exc, message, fn, *args, **kwargs):
+    with pytest.raises(exc) as info:
+        fn(*args, **kwargs)
+    assert str(info.value) == message
+
+
+def test_every_positional_error_names_argument_expected_and_actual():
+    from transformer_lib.positional import alibi_bias_at, rope_angles, rotate_half
+
+    x = torch.ones(2, 5, 8)
+    emb = LearnedPositionalEmbedding(6, 4)
+    cases = [
+        (ValueError, "n: expected an int >= 1, got 0", sinusoidal_encoding, 0, 4),
+        (ValueError, "d: expected an int >= 1, got 0", sinusoidal_encoding, 4, 0),
+        (ValueError, "base: expected a finite number > 0, got 0.0", lambda: sinusoidal_encoding(4, 4, base=0.0)),
+        (ValueError, "n_ctx: expected an int >= 1, got 0", LearnedPositionalEmbedding, 0, 4),
+        (ValueError, "d: expected an int >= 1, got 0", LearnedPositionalEmbedding, 4, 0),
+        (ValueError, "n: expected an int >= 1, got 0", emb, 0),
+        (ValueError, "n: expected at most n_ctx=6 positions, got 7", emb, 7),
+        (TypeError, "positions: expected an integer dtype (torch.long or torch.int32), got torch.float32",
+         emb, torch.tensor([0.0])),
+        (ValueError, "positions: expected values in [0, n_ctx=6), got min 6 and max 6", emb, torch.tensor([6])),
+        (ValueError, "positions: expected an int >= 0, got -1", apply_rope, x, -1),
+        (ValueError, "positions: expected shape (5,) or one broadcastable to x's (…, n) = (2, 5), got ()",
+         apply_rope, x, torch.tensor(3)),
+        (ValueError, "positions: expected shape (5,) or one broadcastable to x's (…, n) = (2, 5), got (4,)",
+         apply_rope, x, torch.arange(4)),
+        (TypeError, "positions: expected a torch.Tensor, got list", rope_angles, [1, 2], 4),
+        (ValueError, "d: expected an even dimension for RoPE, got 5", rope_angles, torch.arange(2), 5),
+        (ValueError, "base: expected a finite number > 0, got 0.0", lambda: rope_angles(torch.arange(2), 4, base=0.0)),
+        (ValueError, "x: expected an even last dimension d for RoPE, got shape (3, 5)", apply_rope, torch.ones(3, 5)),
+        (ValueError, "x: expected an even last dimension d for RoPE, got shape ()", apply_rope, torch.tensor(1.0)),
+        (ValueError, "x: expected an even last dimension d for RoPE, got shape (3,)", rotate_half, torch.ones(3)),
+        (TypeError, "x: expected a torch.Tensor, got list", rotate_half, [1.0, 2.0]),
+        (ValueError, "x: expected shape (…, n, d), got (4,)", apply_rope, torch.ones(4)),
+        (TypeError, "interleaved: expected a bool, got int (1)", lambda: apply_rope(x, interleaved=1)),
+        (ValueError, "n_heads: expected an int >= 1, got 0", alibi_slopes, 0),
+        (ValueError, "n: expected an int >= 1, got 0", alibi_bias, 0, 2),
+        (TypeError, "q_positions: expected a torch.Tensor, got list", alibi_bias_at, [0], torch.arange(2), 2),
+        (TypeError, "k_positions: expected a torch.Tensor, got list", alibi_bias_at, torch.arange(2), [0], 2),
+        (ValueError, "n_heads: expected an int >= 1, got 0", alibi_bias_at, torch.arange(2), torch.arange(2), 0),
+    ]
+    for exc, message, fn, *args in cases:
+        _raises(exc, message, fn, *args)
+
+
+def test_learned_embedding_init_std_and_repr():
+    """Weights start as N(0, init_std²), 0.02 by default (GPT-2's initialisation)."""
+    torch.manual_seed(0)
+    std = LearnedPositionalEmbedding(256, 64).weight.std().item()
+    assert 0.019 < std < 0.021
+    torch.manual_seed(0)
+    assert 0.49 < LearnedPositionalEmbedding(256, 64, init_std=0.5).weight.std().item() < 0.51
+    assert LearnedPositionalEmbedding(6, 4).extra_repr() == "n_ctx=6, d=4"
+
+
+def test_rope_defaults_by_hand():
+    """Default base 10000: at d = 4 the two frequencies are 1 and 1/100 (10000^(2/4) = 100);
+    rope_cos_sin repeats each angle for dims k and k + d/2 and returns float32 by default."""
+    from transformer_lib.positional import rope_angles
+
+    theta = rope_angles(torch.tensor([1, 3]), 4)
+    torch.testing.assert_close(theta, torch.tensor([[1.0, 0.01], [3.0, 0.03]], dtype=torch.float64),
+                               atol=1e-15, rtol=0)
+    cos, sin = rope_cos_sin(torch.tensor([2]), 4)
+    assert cos.dtype == sin.dtype == torch.float32
+    angles = torch.tensor([[2.0, 0.02, 2.0, 0.02]], dtype=torch.float64)
+    torch.testing.assert_close(cos, angles.cos().float(), atol=1e-7, rtol=0)
+    torch.testing.assert_close(sin, angles.sin().float(), atol=1e-7, rtol=0)
+    cos2, _ = rope_cos_sin(torch.tensor([[2], [0]]), 4)                    # (b, n) positions -> (b, n, d)
+    assert cos2.shape == (2, 1, 4)
+    torch.testing.assert_close(cos2[0], cos, atol=0, rtol=0)
+    # apply_rope's default base: position 1 rotates pair (0, 2) by 1 rad and pair (1, 3) by 0.01 rad
+    x = torch.tensor([[0.0, 0.0, 0.0, 0.0], [1.0, 1.0, 0.0, 0.0]], dtype=torch.float64)
+    expected = torch.tensor([[0.0, 0.0, 0.0, 0.0],
+                             [math.cos(1.0), math.cos(0.01), math.sin(1.0), math.sin(0.01)]], dtype=torch.float64)
+    torch.testing.assert_close(apply_rope(x), expected, atol=1e-15, rtol=0)
+
+
+def test_rotate_half_by_hand():
+    from transformer_lib.positional import rotate_half
+
+    assert rotate_half(torch.tensor([1.0, 2.0, 3.0, 4.0])).tolist() == [-3.0, -4.0, 1.0, 2.0]
+    assert rotate_half(torch.tensor([[1.0, 2.0], [3.0, 4.0]])).tolist() == [[-2.0, 1.0], [-4.0, 3.0]]
+
+
+def test_interleaved_rope_matches_a_complex_rotation():
+    """interleaved=True rotates pairs (2k, 2k+1) as the complex numbers x_2k + i·x_2k+1 times
+    e^{i p θ_k} (RoFormer, Meta's LLaMA code), by torch.view_as_complex."""
+    b, n, d, base = 2, 6, 8, 500.0
+    x = torch.randn(b, n, d, dtype=torch.float64, generator=_gen(7))
+    positions = torch.tensor([0, 1, 2, 5, 9, 30])
+    theta = positions.double()[:, None] * base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    z = torch.view_as_complex(x.reshape(b, n, d // 2, 2).contiguous()) * torch.polar(torch.ones_like(theta), theta)
+    expected = torch.view_as_real(z).reshape(b, n, d)
+    torch.testing.assert_close(apply_rope(x, positions, base=base, interleaved=True), expected, atol=1e-12, rtol=0)
+    # and the same rotation as the default layout once features are permuted to (evens, odds)
+    perm = torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])
+    torch.testing.assert_close(apply_rope(x[..., perm], positions, base=base), expected[..., perm], atol=1e-12, rtol=0)
+
+
+def test_rope_of_integer_input_is_float32_and_positions_broadcast():
+    x = torch.arange(12).reshape(1, 3, 4)
+    y = apply_rope(x, torch.tensor([2, 0, 1]))
+    assert y.dtype == torch.float32
+    torch.testing.assert_close(y, apply_rope(x.float(), torch.tensor([2, 0, 1])))
+    xb = torch.randn(2, 3, 5, 4, dtype=torch.float64, generator=_gen(8))      # (b, h, n, d)
+    pos = torch.tensor([[0, 1, 2, 3, 4], [7, 8, 9, 10, 11]])[:, None]          # (b, 1, n): a row per sequence
+    torch.testing.assert_close(apply_rope(xb, pos)[1], apply_rope(xb[1], 7), atol=1e-12, rtol=0)
+
+
+def test_positional_functions_stay_on_the_input_device():
+    """Every tensor built inside follows the input's device (the meta device stands in for a GPU)."""
+    from transformer_lib.positional import alibi_bias_at, rope_angles
+
+    x = torch.ones(2, 5, 8, device="meta")
+    assert apply_rope(x).device.type == "meta"
+    assert apply_rope(x, 3).device.type == "meta"
+    assert apply_rope(x, torch.arange(5, device="meta")).device.type == "meta"
+    assert rope_angles(torch.arange(5, device="meta"), 8).device.type == "meta"
+    assert alibi_bias(3, 2, m=5, device="meta").device.type == "meta"
+    pos = torch.arange(4, device="meta")
+    assert alibi_bias_at(pos, pos, 2).device.type == "meta"
+
+
+def test_alibi_slopes_in_float64_for_16_heads():
+    """16 heads: 2^(-i/2), not powers of two, so a float32 intermediate would show."""
+    expected = torch.tensor([2.0 ** (-0.5 * i) for i in range(1, 17)], dtype=torch.float64)
+    torch.testing.assert_close(alibi_slopes(16, torch.float64), expected, atol=0, rtol=1e-15)
+    assert alibi_slopes(4).dtype == torch.float32
+
+
+def test_alibi_bias_at_positions_by_hand():
+    """Default symmetric: -slope·|p_i - p_j|; symmetric=False: -slope·(p_i - p_j); float32 by
+    default; leading dims broadcast: (b, n), (b, m) -> (b, h, n, m)."""
+    from transformer_lib.positional import alibi_bias_at
+
+    q, k = torch.tensor([[3, 5]]), torch.tensor([[0, 4, 9]])
+    delta = torch.tensor([[3.0, -1.0, -6.0], [5.0, 1.0, -4.0]], dtype=torch.float64)
+    slopes = torch.tensor([0.0625, 0.00390625], dtype=torch.float64)[:, None, None]  # h = 2: 2^-4, 2^-8
+    sym = alibi_bias_at(q, k, 2)
+    assert sym.shape == (1, 2, 2, 3) and sym.dtype == torch.float32
+    torch.testing.assert_close(sym[0], (-slopes * delta.abs()).float(), atol=0, rtol=0)
+    lin = alibi_bias_at(q, k, 2, symmetric=False, dtype=torch.float64)
+    torch.testing.assert_close(lin[0], -slopes * delta, atol=0, rtol=0)
+    # alibi_bias's query block after m - n cached keys: rows at positions 2, 3 of 4
+    torch.testing.assert_close(alibi_bias(2, 2, 4, symmetric=False, dtype=torch.float64),
+                               -slopes * torch.tensor([[2.0, 1, 0, -1], [3, 2, 1, 0]], dtype=torch.float64),
+                               atol=0, rtol=0)
