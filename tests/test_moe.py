@@ -302,8 +302,8 @@ def test_error_messages_name_the_argument_the_expected_and_the_actual_value():
         Router(8, 4, 5)
     with pytest.raises(ValueError, match=r"^router_probs: expected shape \(T, 4\), got \(4, 3\)$"):
         load_balancing_loss(torch.rand(4, 3), torch.zeros(4, dtype=torch.long), 4)
-    with pytest.raises(ValueError, match=r"^expert_index: expected shape \(4,\) or \(4, k\), got \(5,\)$"):
-        load_balancing_loss(torch.rand(4, 4), torch.zeros(5, dtype=torch.long), 4)
+    with pytest.raises(ValueError, match=r"^expert_index: expected shape \(5,\) or \(5, k\), got \(3,\)$"):
+        load_balancing_loss(torch.rand(5, 4), torch.zeros(3, dtype=torch.long), 4)
     with pytest.raises(ValueError, match=r"^expert_index: expected shape \(4,\) or \(4, k\), got \(4, 1, 1\)$"):
         load_balancing_loss(torch.rand(4, 4), torch.zeros(4, 1, 1, dtype=torch.long), 4)
     with pytest.raises(ValueError, match=r"^x: expected at least one token, got shape \(0, 8\)$"):
@@ -340,3 +340,25 @@ def test_argument_checks_name_the_argument():
     for name, args in [("d_model", (0, 4, 1)), ("n_experts", (8, 0, 1)), ("top_k", (8, 4, 0))]:
         with pytest.raises(ValueError, match=rf"^{name}: expected an int >= 1, got 0$"):
             Router(*args)
+
+
+def test_load_balancing_loss_keeps_float64_precision():
+    """T = 3 tokens, E = 3: fractions 1/3 and 2/3 are not float32 numbers, so the loss
+    E·Σ f_e·P_e by hand in float64 is matched to 1e-15 only if the counts stay float64."""
+    probs = torch.tensor([[0.5, 0.3, 0.2], [0.1, 0.7, 0.2], [0.2, 0.2, 0.6]], dtype=torch.float64)
+    idx = torch.tensor([0, 1, 1])
+    p = [(0.5 + 0.1 + 0.2) / 3, (0.3 + 0.7 + 0.2) / 3]
+    by_hand = 3 * (1 / 3 * p[0] + 2 / 3 * p[1])
+    loss = load_balancing_loss(probs, idx, 3)
+    assert loss.dtype == torch.float64 and abs(float(loss) - by_hand) < 1e-15
+
+
+def test_moe_layer_defaults():
+    """Documented defaults: top_k = 2 (Mixtral's), GELU experts with biases, aux returned,
+    no capacity limit."""
+    torch.manual_seed(0)
+    layer = MoELayer(8, 16, 4).double()
+    out, aux = layer(_x(3, 8))
+    assert layer.top_k == layer.router.top_k == 2 and aux["expert_index"].shape == (3, 2)
+    assert all(ex.fc1.bias is not None and ex.fc2.bias is not None for ex in layer.experts)
+    assert layer.experts[0].activation == "gelu" and layer.capacity(10) is None
