@@ -405,3 +405,40 @@ def test_a_parameter_without_gradient_is_left_alone():
     train(model, batch, steps=4, lr=0.1, callback=switch)
     for k, v in model.a.state_dict().items():
         assert torch.equal(v, after_first[k]), k
+
+
+def test_callback_receives_each_step_and_its_loss():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(4, 4), nn.Linear(4, 4))
+    batch = copy_task(4, 2, 4, seed=0)
+    with torch.no_grad():
+        first = float(cross_entropy_loss(model(batch[0]), batch[1]))
+    seen = []
+    losses = train(model, batch, steps=3, callback=lambda step, loss: seen.append((step, loss)))
+    assert seen == list(enumerate(losses)) and seen[0][1] == pytest.approx(first, rel=1e-6)
+
+
+class _CallableBatches(list):
+    """A list of batches that is also callable (as some loaders are): iterated, never called."""
+
+    def __call__(self, step):
+        raise AssertionError("an iterable of batches must be iterated, not called")
+
+
+def test_an_iterable_that_is_also_callable_is_iterated():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(4, 4), nn.Linear(4, 4))
+    batches = _CallableBatches([copy_task(4, 2, 4, seed=s) for s in range(3)])
+    with torch.no_grad():
+        first = float(cross_entropy_loss(model(batches[0][0]), batches[0][1]))
+    assert train(model, batches, steps=3)[0] == pytest.approx(first, rel=1e-6)
+
+
+def test_a_callable_stream_does_not_run_out():
+    """A callable step -> batch serves as many steps as asked (here 130), never a fixed few."""
+    model = nn.Sequential(nn.Embedding(4, 4), nn.Linear(4, 4))
+    batch, steps = copy_task(2, 2, 4, seed=0), []
+    with torch.no_grad():
+        expected = float(cross_entropy_loss(model(batch[0]), batch[1]))
+    assert evaluate_loss(model, lambda step: steps.append(step) or batch, steps=130) == pytest.approx(expected, rel=1e-6)
+    assert steps == list(range(130))
