@@ -442,3 +442,25 @@ def test_a_callable_stream_does_not_run_out():
         expected = float(cross_entropy_loss(model(batch[0]), batch[1]))
     assert evaluate_loss(model, lambda step: steps.append(step) or batch, steps=130) == pytest.approx(expected, rel=1e-6)
     assert steps == list(range(130))
+
+
+def test_text_batch_accepts_one_character_windows():
+    """block = 1 is the smallest window: each input is one id and its target the next one."""
+    x, y = text_batch(torch.arange(5), 6, 1, seed=0)
+    assert x.shape == y.shape == (6, 1) and torch.equal(y, x + 1) and int(x.max()) <= 3
+
+
+def test_text_batch_windows_start_where_torch_randint_draws_them():
+    """The window starts are torch.randint(0, N − block) drawn from the given generator or
+    seed (never the global RNG): rebuilt here with torch alone."""
+    ids = torch.arange(50)
+    starts = torch.randint(0, 50 - 8, (4,), generator=torch.Generator().manual_seed(7))
+    expected = starts[:, None] + torch.arange(8)
+    torch.manual_seed(123)                          # the global RNG must not matter
+    for x, y in (text_batch(ids, 4, 8, seed=7), text_batch(ids, 4, 8, torch.Generator().manual_seed(7))):
+        assert torch.equal(x, expected) and torch.equal(y, expected + 1)
+
+
+def test_decode_error_lists_the_first_five_bad_ids():
+    with pytest.raises(ValueError, match=r"^ids: expected values in \[0, 3\), got \[3, 4, 5, 6, 7\]$"):
+        CharTokenizer("abc").decode([0, 3, 4, 5, 6, 7, 8])
