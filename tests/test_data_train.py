@@ -464,3 +464,13 @@ def test_text_batch_windows_start_where_torch_randint_draws_them():
 def test_decode_error_lists_the_first_five_bad_ids():
     with pytest.raises(ValueError, match=r"^ids: expected values in \[0, 3\), got \[3, 4, 5, 6, 7\]$"):
         CharTokenizer("abc").decode([0, 3, 4, 5, 6, 7, 8])
+
+
+def test_tokenizer_edges():
+    """An empty text encodes to an empty LongTensor (torch.tensor([]) alone would be float);
+    a bad alphabet's error lists its first five offending entries."""
+    empty = CharTokenizer("abc").encode("")
+    assert empty.dtype == torch.long and empty.shape == (0,)
+    with pytest.raises(ValueError, match=r"^text_or_alphabet: expected single characters, "
+                                         r"got \['ab', 'cd', 'ef', 'gh', 'ij'\]$"):
+        CharTokenizer(["ab", "cd", "ef", "gh", "ij", "kl"])
