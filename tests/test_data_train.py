@@ -474,3 +474,23 @@ def test_tokenizer_edges():
     with pytest.raises(ValueError, match=r"^text_or_alphabet: expected single characters, "
                                          r"got \['ab', 'cd', 'ef', 'gh', 'ij'\]$"):
         CharTokenizer(["ab", "cd", "ef", "gh", "ij", "kl"])
+
+
+def test_running_example_values_and_projections_by_hand():
+    """The four tokens, and V = X·W_V and K = X·W_K worked out by hand (each row of X picks
+    four rows of the projection and adds them)."""
+    from transformer_lib.data import running_example
+
+    ex = running_example()
+    assert ex.tokens == ["AAPL", "revenue", "beat", "expectations"]
+    v = [[1, 1, 1, 1], [1, 1, 1, 1], [2, 0, 2, 0], [0, 2, 0, 2]]
+    k = [[1, 1, 1, 1], [1, 1, 1, 2], [2, 2, 0, 1], [0, 0, 2, 2]]
+    assert torch.equal(ex.X @ ex.W_V, torch.tensor(v, dtype=torch.float64))
+    assert torch.equal(ex.X @ ex.W_K, torch.tensor(k, dtype=torch.float64))
+    assert ex.W_V.shape == ex.W_K.shape == (8, 4)
+
+
+def test_induction_task_allows_repeats_by_default():
+    """distinct defaults to False: n + max_gap may exceed the vocabulary (tokens repeat)."""
+    x, _ = induction_task(2, 20, 5, seed=0)
+    assert x.shape == (2, 40) and len(set(x[0, 1:21].tolist())) < 20
