@@ -494,3 +494,9 @@ def test_induction_task_allows_repeats_by_default():
     """distinct defaults to False: n + max_gap may exceed the vocabulary (tokens repeat)."""
     x, _ = induction_task(2, 20, 5, seed=0)
     assert x.shape == (2, 40) and len(set(x[0, 1:21].tolist())) < 20
+
+
+def test_induction_task_with_gap_one_has_length_2n_plus_1():
+    """max_gap = 1 already takes the gap layout: inputs and targets (batch, 2n + 1)."""
+    x, y = induction_task(3, 4, 10, seed=0, max_gap=1)
+    assert x.shape == y.shape == (3, 9)
