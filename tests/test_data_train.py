@@ -500,3 +500,11 @@ def test_induction_task_with_gap_one_has_length_2n_plus_1():
     """max_gap = 1 already takes the gap layout: inputs and targets (batch, 2n + 1)."""
     x, y = induction_task(3, 4, 10, seed=0, max_gap=1)
     assert x.shape == y.shape == (3, 9)
+
+
+def test_default_seed_is_zero_against_torch_randint():
+    """Without generator or seed a task draws its source from torch.Generator seeded with 0,
+    as task_batches does by default: rebuilt here with torch.randint alone."""
+    source = torch.randint(1, 5, (2, 3), generator=torch.Generator().manual_seed(0))
+    assert torch.equal(copy_task(2, 3, 5)[0][:, :3], source)
+    assert torch.equal(next(task_batches(copy_task, 2, 3, 5))[0][:, :3], source)
