@@ -81,7 +81,9 @@ GROUPS = {"tok_emb": "embedding", "pos_emb": "positional", "attn": "attention", 
 @pytest.mark.parametrize("changes", [{}, dict(positional="sinusoidal", embedding_norm=True, tied_embeddings=False),
                                      dict(mlp="swiglu", norm="rmsnorm", bias=False, n_kv_heads=1,
                                           positional="rope", final_norm=False),
-                                     dict(positional="alibi", n_kv_heads=2, d_ff=40)])
+                                     dict(positional="alibi", n_kv_heads=2, d_ff=40),
+                                     dict(norm="rmsnorm", bias=True, mlp="swiglu", n_kv_heads=2),
+                                     dict(norm="layernorm", bias=False, embedding_norm=True)])
 def test_breakdown_matches_the_built_model_group_by_group(changes):
     """Each group against the parameters of the GPT submodules it names (meta device)."""
     config = ModelConfig(vocab_size=37, n_ctx=16, d_model=24, n_layers=3, n_heads=4, **changes)
@@ -189,3 +191,48 @@ def test_bad_sequence_length(bad, error):
 def test_bad_config_argument():
     with pytest.raises(TypeError, match="config: expected a ModelConfig"):
         param_count({"d_model": 8})
+
+
+def test_argument_errors_name_the_argument_the_expected_and_the_actual_value():
+    tiny = PRESETS["tiny"]
+    cases = [(count_params, ("not a module",), TypeError, "module: expected a torch.nn.Module, got str"),
+             (param_count, ({},), TypeError, "config: expected a ModelConfig, got dict"),
+             (param_breakdown, (tiny, 1), TypeError, r"active: expected a bool, got int \(1\)"),
+             (flops_breakdown, ({}, 3), TypeError, "config: expected a ModelConfig, got dict"),
+             (flops_breakdown, (tiny, 0), ValueError, "n: expected an int >= 1, got 0"),
+             (kv_cache_size, ({}, 3), TypeError, "config: expected a ModelConfig, got dict"),
+             (kv_cache_size, (tiny, 0), ValueError, "n: expected an int >= 1, got 0")]
+    for fn, args, error, message in cases:
+        with pytest.raises(error, match=f"^{message}$"):
+            fn(*args)
+
+
+def test_flops_breakdown_of_the_tiny_preset_by_hand():
+    """"tiny" (V = 65, d = 64, L = 2, d_ff = 256, GELU, tied head) on n = 5 tokens, every key."""
+    assert flops_breakdown(PRESETS["tiny"], 5) == {
+        "attention_proj": 2 * 2 * 5 * 4 * 64 * 64,        # Q, K, V, O: 4 d×d matmuls per token
+        "attention_scores": 2 * 2 * 2 * 5 * 5 * 64,       # Q·Kᵀ and A·V over 5×5 scores
+        "mlp": 2 * 2 * 5 * 2 * 64 * 256,                  # up and down
+        "unembedding": 2 * 5 * 64 * 65,
+        "other": 0,
+    }
+    total = sum(flops_breakdown(PRESETS["tiny"], 5).values())
+    assert flops_per_token(PRESETS["tiny"], 5) == total // 5 and isinstance(flops_per_token(PRESETS["tiny"], 5), int)
+
+
+def test_bert_pooler_flops_by_hand():
+    """BERT's pooler is one d×d matmul on the first token: 2·768² FLOPs, whatever n; 7 tokens
+    do not divide the total, so the per-token value is the float total / 7."""
+    c = PRESETS["bert-base"]
+    parts = flops_breakdown(c, 7)
+    assert parts["other"] == 2 * 768 * 768 == flops_breakdown(c, 1)["other"]
+    total = sum(parts.values())
+    assert total % 7 != 0 and flops_per_token(c, 7) == total / 7 and isinstance(flops_per_token(c, 7), float)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_pooler_params_are_one_d_by_d_linear(bias):
+    """'other' is the pooler, a d×d nn.Linear with a bias exactly when the config has biases."""
+    c = ModelConfig(vocab_size=10, n_ctx=8, d_model=16, n_layers=1, n_heads=2, pooler=True, bias=bias,
+                    lm_head=False, causal=False)
+    assert param_breakdown(c)["other"] == count_params(torch.nn.Linear(16, 16, bias=bias)) == 16 * 16 + 16 * bias

@@ -276,3 +276,235 @@ def test_evaluate_loss_runs_in_eval_mode():
     assert evaluate_loss(model, batch) == pytest.approx(direct, rel=1e-6)
     assert evaluate_loss(model, batch, loss_fn=lambda lg, t: cross_entropy_loss(lg, t) * 0 + 7.0) == 7.0
     assert model.training
+
+
+def test_train_and_loss_error_messages_name_the_argument_the_expected_and_the_actual_value():
+    model = nn.Sequential(nn.Embedding(4, 4), nn.Linear(4, 4))
+    batch = copy_task(2, 2, 4)
+    cases = [
+        (lambda: cross_entropy_loss(torch.zeros(2, 3, 4), torch.zeros(2, 4, dtype=torch.long)), ValueError,
+         r"targets: expected shape \(2, 3\) to match logits \(2, 3, 4\), got \(2, 4\)"),
+        (lambda: train(model, 5, steps=1), TypeError,
+         r"batches: expected an iterable of \(inputs, targets\), a callable step -> \(inputs, targets\), "
+         r"or one \(inputs, targets\) tuple, got int"),
+        (lambda: train(model, batch, steps=1, lr=0), ValueError, "lr: expected a finite number > 0, got 0"),
+        (lambda: train(nn.Linear(2, 2).requires_grad_(False), batch, steps=1), ValueError,
+         "model: expected at least one trainable parameter, got none"),
+        (lambda: train(model, [batch], steps=2), ValueError, "batches: ran out after 1 batches, expected steps=2"),
+        (lambda: train(model, batch, steps=-1), ValueError, "steps: expected an int >= 0, got -1"),
+        (lambda: evaluate_loss(model, []), ValueError,
+         "batches: expected at least one batch with a supervised target, got none"),
+    ]
+    for call, error, message in cases:
+        with pytest.raises(error, match=f"^{message}$"):
+            call()
+    assert train(model, batch, steps=0) == []          # zero steps is allowed: nothing to do
+
+
+def test_train_defaults_are_adamw_at_lr_1e3_seed_0_without_weight_decay_or_clipping():
+    """The documented defaults, against a hand-written AdamW loop (lr = 1e-3, no weight decay,
+    no clipping, cross-entropy) whose dropout masks come from torch.manual_seed(0): train's
+    default seed."""
+    def fresh():
+        torch.manual_seed(0)
+        return nn.Sequential(_tiny_model(6, 5, hidden=32), nn.Dropout(0.3))
+
+    def batches():
+        return task_batches(copy_task, 16, 3, 5, seed=0)
+
+    with torch.random.fork_rng(devices=[]):
+        model = fresh().train()
+        torch.manual_seed(0)
+        expected = _reference_loop(model, batches(), 8, 1e-3, cross_entropy_loss)
+    got = train(fresh(), batches(), steps=8)
+    assert got == pytest.approx(expected, rel=1e-6, abs=1e-7)
+    assert expected[-1] < expected[0] - 1e-3                  # the steps did move the model
+
+
+def test_evaluate_loss_on_a_callable_a_fixed_batch_and_a_step_limit():
+    """A callable without steps is read once (step 0), a fixed batch once, an iterable up to
+    steps; each against summed per-token cross-entropies divided by the supervised count."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(5, 8), nn.Linear(8, 5))
+
+    def make(step):
+        x, y = copy_task(4, 3, 5, seed=step)
+        y = y.clone()
+        y[: step + 1, -1] = IGNORE_INDEX                  # batches with different token counts
+        return x, y
+
+    def by_hand(steps):
+        with torch.no_grad():
+            pairs = [make(s) for s in steps]
+            total = sum(float(nn.functional.cross_entropy(model(x).reshape(-1, 5), y.reshape(-1), reduction="sum",
+                                                          ignore_index=IGNORE_INDEX)) for x, y in pairs)
+            return total / sum(int((y != IGNORE_INDEX).sum()) for _, y in pairs)
+
+    assert evaluate_loss(model, make) == pytest.approx(by_hand([0]), rel=1e-6)
+    assert evaluate_loss(model, make, steps=3) == pytest.approx(by_hand([0, 1, 2]), rel=1e-6)
+    assert evaluate_loss(model, make(2)) == pytest.approx(by_hand([2]), rel=1e-6)
+    assert evaluate_loss(model, [make(1), make(2), make(3)], steps=2) == pytest.approx(by_hand([1, 2]), rel=1e-6)
+    assert evaluate_loss(model, [make(1), make(2), make(3)]) == pytest.approx(by_hand([1, 2, 3]), rel=1e-6)
+
+
+def test_data_error_messages_name_the_argument_the_expected_and_the_actual_value():
+    tok = CharTokenizer("abc")
+    cases = [
+        (lambda: CharTokenizer(""), "text_or_alphabet: expected at least one character, got an empty input"),
+        (lambda: CharTokenizer(["ab", "c"]), r"text_or_alphabet: expected single characters, got \['ab'\]"),
+        (lambda: tok.encode("axbz"), r"text: unknown characters \['x', 'z'\] \(not in the tokenizer's alphabet\)"),
+        (lambda: tok.decode([0, 3]), r"ids: expected values in \[0, 3\), got \[3\]"),
+        (lambda: tok.decode(torch.zeros(2, 2, dtype=torch.long)),
+         r"ids: expected a 1-d integer sequence, got shape \(2, 2\), dtype torch.int64"),
+        (lambda: tok.decode(torch.tensor([0.5])),
+         r"ids: expected a 1-d integer sequence, got shape \(1,\), dtype torch.float32"),
+        (lambda: copy_task(2, 3, 1), "vocab_size: expected an int >= 2, got 1"),
+        (lambda: reverse_task(0, 3, 5), "batch: expected an int >= 1, got 0"),
+        (lambda: sort_task(2, 0, 5), "n: expected an int >= 1, got 0"),
+        (lambda: copy_task(2, 3, 5, torch.Generator(), seed=1), "seed: pass either generator or seed, not both"),
+        (lambda: induction_task(1, 20, 20, seed=0, distinct=True),
+         "n: expected n \\+ max_gap <= vocab_size - 1 = 19 distinct tokens, got n=20, max_gap=0"),
+        (lambda: induction_task(1, 3, 20, max_gap=-1), "max_gap: expected an int >= 0, got -1"),
+        (lambda: text_batch(torch.zeros(2, 3, dtype=torch.long), 1, 1),
+         r"ids: expected a 1-d tensor of token ids, got shape \(2, 3\)"),
+        (lambda: text_batch(torch.arange(10), 1, 10), r"block: expected 1 <= block <= len\(ids\) - 1 = 9, got 10"),
+        (lambda: text_batch(torch.arange(10), 1, 0), "block: expected an int >= 1, got 0"),
+        (lambda: text_batch(torch.arange(10), 0, 3), "batch: expected an int >= 1, got 0"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ValueError, match=f"^{message}$"):
+            call()
+    assert repr(tok) == "CharTokenizer(vocab_size=3)"
+
+
+class _Switch(nn.Module):
+    """Logits from head a until `use_a` is switched off, then from head b only."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb, self.a, self.b, self.use_a = nn.Embedding(4, 4), nn.Linear(4, 4), nn.Linear(4, 4), True
+
+    def forward(self, x):
+        return (self.a if self.use_a else self.b)(self.emb(x))
+
+
+def test_a_parameter_without_gradient_is_left_alone():
+    """Head a gets a gradient at step 0 only: gradients are reset to None (not zeros), so
+    AdamW skips it afterwards and its momentum cannot keep moving it, as in a torch loop that
+    calls opt.zero_grad() (set_to_none=True by default)."""
+    torch.manual_seed(0)
+    model = _Switch()
+    batch = copy_task(4, 2, 4, seed=0)
+    after_first = {}
+
+    def switch(step, loss):
+        if step == 0:
+            model.use_a = False
+            after_first.update({k: v.clone() for k, v in model.a.state_dict().items()})
+
+    train(model, batch, steps=4, lr=0.1, callback=switch)
+    for k, v in model.a.state_dict().items():
+        assert torch.equal(v, after_first[k]), k
+
+
+def test_callback_receives_each_step_and_its_loss():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(4, 4), nn.Linear(4, 4))
+    batch = copy_task(4, 2, 4, seed=0)
+    with torch.no_grad():
+        first = float(cross_entropy_loss(model(batch[0]), batch[1]))
+    seen = []
+    losses = train(model, batch, steps=3, callback=lambda step, loss: seen.append((step, loss)))
+    assert seen == list(enumerate(losses)) and seen[0][1] == pytest.approx(first, rel=1e-6)
+
+
+class _CallableBatches(list):
+    """A list of batches that is also callable (as some loaders are): iterated, never called."""
+
+    def __call__(self, step):
+        raise AssertionError("an iterable of batches must be iterated, not called")
+
+
+def test_an_iterable_that_is_also_callable_is_iterated():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Embedding(4, 4), nn.Linear(4, 4))
+    batches = _CallableBatches([copy_task(4, 2, 4, seed=s) for s in range(3)])
+    with torch.no_grad():
+        first = float(cross_entropy_loss(model(batches[0][0]), batches[0][1]))
+    assert train(model, batches, steps=3)[0] == pytest.approx(first, rel=1e-6)
+
+
+def test_a_callable_stream_does_not_run_out():
+    """A callable step -> batch serves as many steps as asked (here 130), never a fixed few."""
+    model = nn.Sequential(nn.Embedding(4, 4), nn.Linear(4, 4))
+    batch, steps = copy_task(2, 2, 4, seed=0), []
+    with torch.no_grad():
+        expected = float(cross_entropy_loss(model(batch[0]), batch[1]))
+    assert evaluate_loss(model, lambda step: steps.append(step) or batch, steps=130) == pytest.approx(expected, rel=1e-6)
+    assert steps == list(range(130))
+
+
+def test_text_batch_accepts_one_character_windows():
+    """block = 1 is the smallest window: each input is one id and its target the next one."""
+    x, y = text_batch(torch.arange(5), 6, 1, seed=0)
+    assert x.shape == y.shape == (6, 1) and torch.equal(y, x + 1) and int(x.max()) <= 3
+
+
+def test_text_batch_windows_start_where_torch_randint_draws_them():
+    """The window starts are torch.randint(0, N − block) drawn from the given generator or
+    seed (never the global RNG): rebuilt here with torch alone."""
+    ids = torch.arange(50)
+    starts = torch.randint(0, 50 - 8, (4,), generator=torch.Generator().manual_seed(7))
+    expected = starts[:, None] + torch.arange(8)
+    torch.manual_seed(123)                          # the global RNG must not matter
+    for x, y in (text_batch(ids, 4, 8, seed=7), text_batch(ids, 4, 8, torch.Generator().manual_seed(7))):
+        assert torch.equal(x, expected) and torch.equal(y, expected + 1)
+
+
+def test_decode_error_lists_the_first_five_bad_ids():
+    with pytest.raises(ValueError, match=r"^ids: expected values in \[0, 3\), got \[3, 4, 5, 6, 7\]$"):
+        CharTokenizer("abc").decode([0, 3, 4, 5, 6, 7, 8])
+
+
+def test_tokenizer_edges():
+    """An empty text encodes to an empty LongTensor (torch.tensor([]) alone would be float);
+    a bad alphabet's error lists its first five offending entries."""
+    empty = CharTokenizer("abc").encode("")
+    assert empty.dtype == torch.long and empty.shape == (0,)
+    with pytest.raises(ValueError, match=r"^text_or_alphabet: expected single characters, "
+                                         r"got \['ab', 'cd', 'ef', 'gh', 'ij'\]$"):
+        CharTokenizer(["ab", "cd", "ef", "gh", "ij", "kl"])
+
+
+def test_running_example_values_and_projections_by_hand():
+    """The four tokens, and V = X·W_V and K = X·W_K worked out by hand (each row of X picks
+    four rows of the projection and adds them)."""
+    from transformer_lib.data import running_example
+
+    ex = running_example()
+    assert ex.tokens == ["AAPL", "revenue", "beat", "expectations"]
+    v = [[1, 1, 1, 1], [1, 1, 1, 1], [2, 0, 2, 0], [0, 2, 0, 2]]
+    k = [[1, 1, 1, 1], [1, 1, 1, 2], [2, 2, 0, 1], [0, 0, 2, 2]]
+    assert torch.equal(ex.X @ ex.W_V, torch.tensor(v, dtype=torch.float64))
+    assert torch.equal(ex.X @ ex.W_K, torch.tensor(k, dtype=torch.float64))
+    assert ex.W_V.shape == ex.W_K.shape == (8, 4)
+
+
+def test_induction_task_allows_repeats_by_default():
+    """distinct defaults to False: n + max_gap may exceed the vocabulary (tokens repeat)."""
+    x, _ = induction_task(2, 20, 5, seed=0)
+    assert x.shape == (2, 40) and len(set(x[0, 1:21].tolist())) < 20
+
+
+def test_induction_task_with_gap_one_has_length_2n_plus_1():
+    """max_gap = 1 already takes the gap layout: inputs and targets (batch, 2n + 1)."""
+    x, y = induction_task(3, 4, 10, seed=0, max_gap=1)
+    assert x.shape == y.shape == (3, 9)
+
+
+def test_default_seed_is_zero_against_torch_randint():
+    """Without generator or seed a task draws its source from torch.Generator seeded with 0,
+    as task_batches does by default: rebuilt here with torch.randint alone."""
+    source = torch.randint(1, 5, (2, 3), generator=torch.Generator().manual_seed(0))
+    assert torch.equal(copy_task(2, 3, 5)[0][:, :3], source)
+    assert torch.equal(next(task_batches(copy_task, 2, 3, 5))[0][:, :3], source)

@@ -264,3 +264,101 @@ def test_moe_block():
     y = block(x)
     assert y.shape == x.shape
     assert block.mlp.last_aux["router_probs"].shape == (10, 4)
+
+
+@pytest.mark.parametrize("d,d_ff,e,k,per_expert", [(8, 16, 1, 1, 8 * 16 + 16 + 16 * 8 + 8),
+                                                   (16, 64, 8, 2, 16 * 64 + 64 + 64 * 16 + 16)])
+def test_param_counts_by_hand(d, d_ff, e, k, per_expert):
+    """Each key worked out by hand: an expert is fc1 (d·d_ff + d_ff) and fc2 (d_ff·d + d), the
+    router d·E; a single expert (E = 1) is counted too."""
+    c = MoELayer(d, d_ff, e, top_k=k).param_counts()
+    assert c == {"total": d * e + e * per_expert, "active": d * e + k * per_expert,
+                 "router": d * e, "per_expert": per_expert}
+
+
+def test_moe_block_defaults_route_to_two_experts_and_return_only_the_output():
+    """moe_block's documented defaults: top_k = 2 (each token's output mixes 2 experts) and
+    a layer built with return_aux=False, so the block returns a tensor, not a tuple."""
+    torch.manual_seed(0)
+    block = moe_block(8, 2, n_experts=4).double()
+    y = block(_x(1, 5, 8))
+    assert isinstance(y, torch.Tensor) and y.shape == (1, 5, 8)
+    assert block.mlp.return_aux is False and block.mlp.top_k == 2
+    assert block.mlp.last_aux["expert_index"].shape == (5, 2)
+
+
+def test_moe_balancing_loss_errors_name_the_problem():
+    from transformer_lib.moe import moe_balancing_loss
+
+    with pytest.raises(ValueError, match=r"^model: expected at least one MoELayer, got none$"):
+        moe_balancing_loss(torch.nn.Linear(2, 2))
+    with pytest.raises(ValueError, match=r"^model: expected a forward pass before the balancing loss, "
+                                         r"got an MoELayer that has not run$"):
+        moe_balancing_loss(moe_block(8, 2, n_experts=2))
+
+
+def test_error_messages_name_the_argument_the_expected_and_the_actual_value():
+    with pytest.raises(ValueError, match=r"^top_k: expected at most n_experts=4, got 5$"):
+        Router(8, 4, 5)
+    with pytest.raises(ValueError, match=r"^router_probs: expected shape \(T, 4\), got \(4, 3\)$"):
+        load_balancing_loss(torch.rand(4, 3), torch.zeros(4, dtype=torch.long), 4)
+    with pytest.raises(ValueError, match=r"^expert_index: expected shape \(5,\) or \(5, k\), got \(3,\)$"):
+        load_balancing_loss(torch.rand(5, 4), torch.zeros(3, dtype=torch.long), 4)
+    with pytest.raises(ValueError, match=r"^expert_index: expected shape \(4,\) or \(4, k\), got \(4, 1, 1\)$"):
+        load_balancing_loss(torch.rand(4, 4), torch.zeros(4, 1, 1, dtype=torch.long), 4)
+    with pytest.raises(ValueError, match=r"^x: expected at least one token, got shape \(0, 8\)$"):
+        _layer()(_x(0, 8))
+    assert repr(Router(8, 4, 2)) == "Router(\n  d_model=8, n_experts=4, top_k=2\n  (gate): Linear(in_features=8, out_features=4, bias=False)\n)"
+    assert repr(_layer(capacity_factor=0.5)).splitlines()[1] == "  capacity_factor=0.5, return_aux=True"
+
+
+def test_moe_layer_runs_under_bfloat16_autocast():
+    """Mixed precision: under CPU autocast the router weights and the experts come out in
+    bfloat16 while x stays float32; the layer still accumulates into x's dtype and agrees with
+    the float32 per-token loop to bfloat16 precision."""
+    torch.manual_seed(0)
+    layer = MoELayer(8, 16, 4, top_k=2)
+    x = torch.randn(6, 8, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        reference = _loop_reference(layer, x)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out, aux = layer(x)
+    assert out.dtype == torch.float32 and aux["expert_weights"].dtype == torch.bfloat16
+    torch.testing.assert_close(out, reference, atol=3e-2, rtol=0)
+
+
+def test_argument_checks_name_the_argument():
+    ids = torch.zeros(4, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"^n_experts: expected an int >= 1, got 0$"):
+        load_balancing_loss(torch.rand(4, 4), ids, 0)
+    with pytest.raises(TypeError, match=r"^router_probs: expected a torch.Tensor, got list$"):
+        load_balancing_loss([[0.5]], ids[:1], 1)
+    with pytest.raises(ValueError, match=r"^expert_index: expected values in \[0, n_experts=4\), got min 4 and max 4$"):
+        load_balancing_loss(torch.rand(4, 4), torch.full((4,), 4), 4)
+    with pytest.raises(ValueError, match=r"^capacity_factor: expected a finite number > 0, got -1.0$"):
+        MoELayer(8, 16, 4, capacity_factor=-1.0)
+    for name, args in [("d_model", (0, 4, 1)), ("n_experts", (8, 0, 1)), ("top_k", (8, 4, 0))]:
+        with pytest.raises(ValueError, match=rf"^{name}: expected an int >= 1, got 0$"):
+            Router(*args)
+
+
+def test_load_balancing_loss_keeps_float64_precision():
+    """T = 3 tokens, E = 3: fractions 1/3 and 2/3 are not float32 numbers, so the loss
+    E·Σ f_e·P_e by hand in float64 is matched to 1e-15 only if the counts stay float64."""
+    probs = torch.tensor([[0.5, 0.3, 0.2], [0.1, 0.7, 0.2], [0.2, 0.2, 0.6]], dtype=torch.float64)
+    idx = torch.tensor([0, 1, 1])
+    p = [(0.5 + 0.1 + 0.2) / 3, (0.3 + 0.7 + 0.2) / 3]
+    by_hand = 3 * (1 / 3 * p[0] + 2 / 3 * p[1])
+    loss = load_balancing_loss(probs, idx, 3)
+    assert loss.dtype == torch.float64 and abs(float(loss) - by_hand) < 1e-15
+
+
+def test_moe_layer_defaults():
+    """Documented defaults: top_k = 2 (Mixtral's), GELU experts with biases, aux returned,
+    no capacity limit."""
+    torch.manual_seed(0)
+    layer = MoELayer(8, 16, 4).double()
+    out, aux = layer(_x(3, 8))
+    assert layer.top_k == layer.router.top_k == 2 and aux["expert_index"].shape == (3, 2)
+    assert all(ex.fc1.bias is not None and ex.fc2.bias is not None for ex in layer.experts)
+    assert layer.experts[0].activation == "gelu" and layer.capacity(10) is None
