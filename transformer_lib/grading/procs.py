@@ -69,11 +69,8 @@ def kill_tagged(token: str, prefix: bool = False) -> int:
     a token starting with it); return how many."""
     from ._checktools import TOKEN_ENV
 
-    me, killed = os.getuid(), 0
-    for proc in psutil.process_iter(["uids"]):
-        uids = proc.info.get("uids")
-        if proc.pid == os.getpid() or uids is None or uids.real != me:
-            continue
+    killed = 0
+    for proc in processes_of(os.getuid()):
         try:
             value = proc.environ().get(TOKEN_ENV, "")
         except psutil.Error:

@@ -29,7 +29,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import nbformat
 
@@ -37,15 +37,11 @@ from . import slots
 from .notebook import grade_id, is_check
 from .procs import kernel_env, kill_tagged, kill_tree, kill_user
 from .records import Records, load_records
-from .sandbox import MEMORY_BYTES, command, sandbox_uid, tree_memory, user_memory
+from .sandbox import MEMORY_BYTES, command, sandbox_env, sandbox_uid, tree_memory, user_memory
 
 OUTPUT_CAP = 10_000  # characters of output stored per cell
 MAX_EVENTS_BYTES = 20_000_000
 POLL_S = 0.5  # how often the memory of a run's processes is measured (about 6 ms each)
-# Variables naming the grader's own folders: inside the sandbox, the kernel's home stands in for them.
-HOST_FOLDERS = ("TMPDIR", "MPLCONFIGDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_RUNTIME_DIR",
-                "JUPYTER_PATH", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "IPYTHONDIR",
-                "HF_HOME", "TORCH_HOME")
 
 
 @dataclass
@@ -132,36 +128,21 @@ def _regular(fd: int) -> bool:
     return stat.S_ISREG(os.fstat(fd).st_mode)
 
 
-def _wait(proc: subprocess.Popen, job: bytes, timeout: float, memory: int, result: RunResult) -> None:
-    """Give the worker its job and wait for it, stopping it at ``timeout`` or at ``memory`` bytes."""
-    assert proc.stdin is not None
-    try:
-        proc.stdin.write(job)
-        proc.stdin.close()
-    except OSError:
-        pass
+def _watch(ended: Callable[[float], bool], used: Callable[[], int], stop: Callable[[], None], timeout: float,
+           memory: int, result: RunResult) -> None:
+    """Wait until ``ended(seconds)`` says the run is over, checking every ``POLL_S`` seconds; at
+    ``timeout``, or when ``used()`` exceeds ``memory`` bytes, ``stop()`` the run and wait for its end."""
     deadline = time.monotonic() + timeout
-    while True:
-        try:
-            proc.wait(timeout=max(0.0, min(POLL_S, deadline - time.monotonic())))
-            return
-        except subprocess.TimeoutExpired:
-            pass
+    while not ended(max(0.0, min(POLL_S, deadline - time.monotonic()))):
         if time.monotonic() >= deadline:
             result.killed = True
-        elif tree_memory(proc.pid, memory) > memory:
+        elif used() > memory:
             result.out_of_memory = True
         else:
             continue
-        kill_tree(proc.pid)
-        proc.wait()
+        stop()
+        ended(30.0)
         return
-
-
-def _sandbox_env(env: dict[str, str], home: Path) -> dict[str, str]:
-    """The kernel's environment inside the sandbox: no folder of the grader's, a home of its own."""
-    kept = {key: value for key, value in env.items() if key not in HOST_FOLDERS}
-    return {**kept, "HOME": str(home), "TMPDIR": "/tmp", "MPLCONFIGDIR": str(home / ".matplotlib")}
 
 
 def _chown_all(folder: Path, uid: int) -> None:
@@ -199,7 +180,7 @@ def run_notebook(nb: nbformat.NotebookNode, cell_timeout: float = 30.0, timeout:
         argv, env = [sys.executable, "-m", "transformer_lib.grading.worker"], kernel_env(str(live), result.token)
         if sandbox:
             (public / "home").mkdir()
-            argv, env = command(argv, [str(private), str(public)], str(private)), _sandbox_env(env, public / "home")
+            argv, env = command(argv, [str(private), str(public)], str(private)), sandbox_env(env, public / "home")
             if uid is not None:
                 for folder in (private, public):
                     _chown_all(folder, uid)
@@ -248,8 +229,23 @@ def _run_worker(argv: list[str], env: dict[str, str], private: Path, job: dict[s
         proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
                                 cwd=private, env=env, start_new_session=True)
         _LIVE.add(proc)
+
+    def ended(seconds: float) -> bool:
+        try:
+            proc.wait(timeout=seconds)
+            return True
+        except subprocess.TimeoutExpired:
+            return False
+
     try:
-        _wait(proc, json.dumps(job).encode(), timeout, memory, result)
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(json.dumps(job).encode())
+            proc.stdin.close()
+        except OSError:
+            pass
+        _watch(ended, lambda: tree_memory(proc.pid, memory), lambda: kill_tree(proc.pid), timeout, memory, result)
+        proc.wait()
     finally:
         with _LOCK:
             _LIVE.discard(proc)
@@ -267,23 +263,18 @@ def _run_in_slot(slot: slots.Slot, job: dict[str, Any], timeout: float, memory: 
         if _STOPPING.is_set():
             raise KeyboardInterrupt("grading was stopped")
         _LIVE.add(slot.proc)
+    message: list[dict] = []
+
+    def ended(seconds: float) -> bool:
+        if not message:
+            line = slot.read(seconds)
+            message.extend([line] if line is not None else [])
+        return bool(message)
+
     try:
         slot.send(job)
-        deadline = time.monotonic() + timeout
-        while True:
-            message = slot.read(max(0.0, min(POLL_S, deadline - time.monotonic())))
-            if message is not None:
-                break
-            if time.monotonic() >= deadline:
-                result.killed = True
-            elif user_memory(uid, memory) > memory:
-                result.out_of_memory = True
-            else:
-                continue
-            kill_user(uid)
-            message = slot.read(30.0)
-            break
-        status = message.get("exit") if message else None
+        _watch(ended, lambda: user_memory(uid, memory), lambda: kill_user(uid), timeout, memory, result)
+        status = message[0].get("exit") if message else None
         healthy = type(status) is int
     except slots.SlotError as err:
         result.worker_error = f"the notebook could not be run ({err})"[:500]

@@ -34,6 +34,10 @@ FILE_BYTES = 200 * 2**20  # largest file a submission may write
 TMP_BYTES = 256 * 2**20  # the sandbox's /tmp (in memory)
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc")
 UID_RANGE = (1_000_000, 2_000_000_000)  # unused user ids, one per sandboxed run when root
+# Variables naming the grader's own folders: inside the sandbox, a home of the run's stands in for them.
+HOST_FOLDERS = ("TMPDIR", "MPLCONFIGDIR", "XDG_CACHE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_RUNTIME_DIR",
+                "JUPYTER_PATH", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "IPYTHONDIR",
+                "HF_HOME", "TORCH_HOME")
 
 
 class SandboxError(RuntimeError):
@@ -55,6 +59,12 @@ def python_roots() -> list[str]:
             roots.add(path)
     roots = {r for r in roots if r.is_dir() and not any(str(r) == s or str(r).startswith(s + "/") for s in SYSTEM)}
     return sorted(str(r) for r in roots if not any(p in roots for p in r.parents))
+
+
+def sandbox_env(env: dict[str, str], home: Path) -> dict[str, str]:
+    """``env`` for a process inside the sandbox: no folder of the grader's, ``home`` as its home."""
+    kept = {key: value for key, value in env.items() if key not in HOST_FOLDERS}
+    return {**kept, "HOME": str(home), "TMPDIR": "/tmp", "MPLCONFIGDIR": str(home / ".matplotlib")}
 
 
 def _system_binds() -> list[str]:

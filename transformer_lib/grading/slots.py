@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .procs import kernel_env, kill_tree
-from .sandbox import command
+from .sandbox import command, sandbox_env
 
 READY_S = 120.0  # the longest a zygote may take to import everything
 ENABLE_ENV = "TRANSFORMER_LIB_GRADING_ZYGOTE"  # "0": start a fresh sandbox and kernel for every run
@@ -114,10 +114,9 @@ def _zygote_env(home: Path) -> dict[str, str]:
     """The zygote's environment: a kernel's, without a run's token and records (each job brings its
     own), with the slot's home. OMP_NUM_THREADS is in it: OpenMP reads it once, when torch loads."""
     from ._checktools import RECORD_ENV, TOKEN_ENV
-    from .runner import HOST_FOLDERS
 
-    env = {k: v for k, v in kernel_env("", "").items() if k not in (RECORD_ENV, TOKEN_ENV, *HOST_FOLDERS)}
-    return {**env, "HOME": str(home), "TMPDIR": "/tmp", "MPLCONFIGDIR": str(home / ".matplotlib")}
+    env = {k: v for k, v in kernel_env("", "").items() if k not in (RECORD_ENV, TOKEN_ENV)}
+    return sandbox_env(env, home)
 
 
 def acquire() -> Slot:
