@@ -52,13 +52,15 @@ bench: install
 # time; results are kept in mutants/ (a rerun without MODULE tests only mutants without a
 # result). Survivors are read with
 # `.venv/bin/mutmut show NAME`; the equivalent ones are listed in scripts/mutmut_equivalent.md.
+# mutmut forks its test workers from a process that has imported torch: with more than one
+# OpenMP thread a forked worker can hang until its timeout, so each worker runs one thread.
 MUTMUT  := mutmut==3.8.1
 MODULE  ?=
 JOBS    ?= 1
 mutants: install
 	$(BIN)/pip install --quiet $(MUTMUT)
 	$(BIN)/python scripts/mutants.py -j $(JOBS) $(if $(MODULE),-k $(MODULE),)
-	$(BIN)/mutmut run --max-children $(JOBS) $(if $(MODULE),"transformer_lib.$(MODULE).*",)
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/mutmut run --max-children $(JOBS) $(if $(MODULE),"transformer_lib.$(MODULE).*",)
 	$(BIN)/python scripts/mutmut_report.py $(MODULE)
 
 # Checks the environment without installing anything (the point is to see what is wrong).

@@ -282,6 +282,7 @@ def test_every_positional_error_names_argument_expected_and_actual():
          apply_rope, x, torch.arange(4)),
         (TypeError, "positions: expected a torch.Tensor, got list", rope_angles, [1, 2], 4),
         (ValueError, "d: expected an even dimension for RoPE, got 5", rope_angles, torch.arange(2), 5),
+        (TypeError, "d: expected an int, got float (4.0)", rope_angles, torch.arange(2), 4.0),
         (ValueError, "base: expected a finite number > 0, got 0.0", lambda: rope_angles(torch.arange(2), 4, base=0.0)),
         (ValueError, "x: expected an even last dimension d for RoPE, got shape (3, 5)", apply_rope, torch.ones(3, 5)),
         (ValueError, "x: expected an even last dimension d for RoPE, got shape ()", apply_rope, torch.tensor(1.0)),
@@ -372,6 +373,7 @@ def test_positional_functions_stay_on_the_input_device():
     assert apply_rope(x).device.type == "meta"
     assert apply_rope(x, 3).device.type == "meta"
     assert apply_rope(x, torch.arange(5, device="meta")).device.type == "meta"
+    assert apply_rope(x, torch.arange(5)).device.type == "meta"                # positions moved to x's device
     assert rope_angles(torch.arange(5, device="meta"), 8).device.type == "meta"
     assert alibi_bias(3, 2, m=5, device="meta").device.type == "meta"
     pos = torch.arange(4, device="meta")
@@ -402,3 +404,24 @@ def test_alibi_bias_at_positions_by_hand():
     torch.testing.assert_close(alibi_bias(2, 2, 4, symmetric=False, dtype=torch.float64),
                                -slopes * torch.tensor([[2.0, 1, 0, -1], [3, 2, 1, 0]], dtype=torch.float64),
                                atol=0, rtol=0)
+
+
+def test_rope_cos_sin_uses_its_base():
+    """base = 100 at d = 4: frequencies 1 and 1/10, so position 3 has angles 3 and 0.3."""
+    cos, sin = rope_cos_sin(torch.tensor([3]), 4, base=100.0, dtype=torch.float64)
+    angles = torch.tensor([[3.0, 0.3, 3.0, 0.3]], dtype=torch.float64)
+    torch.testing.assert_close(cos, angles.cos(), atol=1e-15, rtol=0)
+    torch.testing.assert_close(sin, angles.sin(), atol=1e-15, rtol=0)
+
+
+def test_alibi_bias_dtype_and_exact_differences():
+    """alibi_bias is float32 unless asked; alibi_bias_at takes differences and slopes in float64,
+    so 16 heads (slopes 2^(-i/2)) and float32 positions 1e8 and 1 (difference 99999999, which
+    float32 cannot hold) come out exact."""
+    from transformer_lib.positional import alibi_bias_at
+
+    assert alibi_bias(3, 2).dtype == torch.float32
+    assert alibi_bias(3, 2, dtype=torch.float64).dtype == torch.float64
+    slopes = torch.tensor([2.0 ** (-0.5 * i) for i in range(1, 17)], dtype=torch.float64)
+    bias = alibi_bias_at(torch.tensor([1e8]), torch.tensor([1.0]), 16, dtype=torch.float64)
+    torch.testing.assert_close(bias[:, 0, 0], -slopes * 99999999.0, atol=0, rtol=1e-15)
