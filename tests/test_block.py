@@ -282,3 +282,33 @@ def test_from_torch_errors_and_default_causal():
                                                                   batch_first=True)).mlp.activation == "gelu"
     x = rand(2, 4, 8, seed=34)
     torch.testing.assert_close(block(x), layer(x), **TOL)
+
+
+def test_mlp_has_biases_by_default():
+    mlp = MLP(8)
+    assert mlp.fc1.bias is not None and mlp.fc2.bias is not None
+    assert MLP(8, bias=False).fc1.bias is None
+
+
+def test_norm_errors_name_the_argument_expected_and_actual():
+    cases = [
+        (ValueError, "eps: expected a finite number > 0, got 0.0", lambda: LayerNorm(4, eps=0.0)),
+        (TypeError, "d: expected an int, got float (2.0)", lambda: RMSNorm(2.0)),
+        (ValueError, "x: expected shape (…, d_model=4), got (3, 5)", lambda: RMSNorm(4)(torch.ones(3, 5))),
+        (TypeError, "residual: expected a bool, got int (1)", lambda: TransformerBlock(8, 2, residual=1)),
+        (TypeError, "norm_first: expected a bool, got int (1)", lambda: TransformerBlock(8, 2, norm_first=1)),
+    ]
+    for exc, message, fn in cases:
+        with pytest.raises(exc) as info:
+            fn()
+        assert str(info.value) == message
+
+
+def test_from_torch_copies_the_norm_eps():
+    """layer_norm_eps = 0.5 at input scale 0.1: ε dominates the variance, so a block left at
+    the default 1e-5 would differ from torch by far more than the tolerance."""
+    layer = randomize(nn.TransformerEncoderLayer(8, 2, 16, dropout=0.0, batch_first=True, layer_norm_eps=0.5,
+                                                 norm_first=True).double(), seed=9).eval()
+    block = TransformerBlock.from_torch(layer).eval()
+    x = 0.1 * rand(2, 4, 8, seed=35)
+    torch.testing.assert_close(block(x), layer(x), **TOL)
