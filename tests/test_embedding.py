@@ -249,3 +249,22 @@ def test_from_weight_leaves_the_global_random_state_alone():
     torch.manual_seed(0)
     FixedMixing.from_weight(torch.eye(4))
     torch.testing.assert_close(torch.rand(3), expected, atol=0, rtol=0)
+
+
+def test_fixed_mixing_checks_the_width_on_batches():
+    """With d given, a batch (b, n, d) with n != d passes and mixes along n; another width fails,
+    also when the layer comes from a weight."""
+    W = torch.tensor([[0.0, 1.0], [1.0, 0.0]])
+    x = torch.arange(30, dtype=torch.float32).reshape(5, 2, 3)
+    assert torch.equal(FixedMixing.from_weight(W, d=3)(x), x.flip(-2))        # the swap W exchanges the rows
+    with pytest.raises(ValueError) as info:
+        FixedMixing.from_weight(W, d=4)(x)
+    assert str(info.value) == "x: expected feature width d=4, got shape (5, 2, 3)"
+
+
+def test_nadaraya_watson_with_integer_targets():
+    """Class labels 0/1 as targets: the prediction is the weight on the points labelled 1."""
+    pred, weights = nadaraya_watson(torch.tensor([0.0, 2.0]), torch.tensor([0.0, 1.0, 2.0]),
+                                    torch.tensor([0, 1, 1]), bandwidth=1.0)
+    assert pred.dtype == torch.float32
+    torch.testing.assert_close(pred, weights[:, 1] + weights[:, 2], atol=1e-7, rtol=0)
