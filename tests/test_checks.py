@@ -69,7 +69,8 @@ BAD_INPUTS = {
     "causal_mask bool m": (lambda: causal_mask(2, True), TypeError, "m: expected an int, got bool"),
     "SelfAttention d_k=0": (lambda: SelfAttention(8, 0), ValueError, "d_k: expected an int >= 1, got 0"),
     "SelfAttention context batch": (lambda: SelfAttention(8, 4)(ones(2, 3, 8), context=ones(3, 4, 8)),
-                                    ValueError, "context: expected leading dims that broadcast with (2,)"),
+                                    ValueError, "context: expected leading dims that broadcast with (2,) (those of x), "
+                                                "got (3,)"),
     # multi-head attention
     "MHA bool d_model": (lambda: MultiHeadAttention(True, 1),
                          TypeError, "d_model: expected an int, got bool"),
