@@ -274,6 +274,8 @@ def test_permutation_equivariance():
 def test_error_qk_width_mismatch():
     with pytest.raises(ValueError, match=r"k: expected last dim d_k=4 .*got 5"):
         scaled_dot_product_attention(torch.ones(3, 4), torch.ones(3, 5), torch.ones(3, 2))
+    with pytest.raises(ValueError, match=r"^k: expected last dim d_k=4 \(the width of q\), got 5$"):   # batched
+        scaled_dot_product_attention(torch.ones(2, 3, 4), torch.ones(2, 3, 5), torch.ones(2, 3, 2))
 
 
 def test_error_v_length_mismatch():

@@ -53,9 +53,9 @@ def tiny_model():
 BAD_INPUTS = {
     # attention
     "sdpa q/k batch dims": (lambda: sdpa(ones(2, 3, 4), ones(3, 5, 4), ones(3, 5, 2)),
-                            ValueError, "k: expected leading dims that broadcast with (2,)"),
+                            ValueError, "k: expected leading dims that broadcast with (2,) (those of q), got (3,)"),
     "sdpa v batch dims": (lambda: sdpa(ones(2, 3, 4), ones(2, 5, 4), ones(3, 5, 2)),
-                          ValueError, "v: expected leading dims that broadcast with (2,)"),
+                          ValueError, "v: expected leading dims that broadcast with (2,) (those of q), got (3,)"),
     "sdpa k dtype": (lambda: sdpa(ones(3, 4, dtype=D64), ones(5, 4), ones(5, 2)),
                      TypeError, "k: expected dtype torch.float64 (the dtype of q), got torch.float32"),
     "sdpa v dtype": (lambda: sdpa(ones(3, 4), ones(5, 4), ones(5, 2, dtype=D64)),
