@@ -288,6 +288,8 @@ def test_split_and_merge_heads_errors():
         split_heads(torch.ones(4), 2)
     with pytest.raises(ValueError, match=r"^x: expected shape \(…, h, n, d_k\), got \(4, 6\)$"):
         merge_heads(torch.ones(4, 6))
+    with pytest.raises(TypeError, match=r"^x: expected a torch.Tensor, got list$"):
+        merge_heads([1.0, 2.0])
     assert merge_heads(torch.arange(6.0).reshape(2, 1, 3)).tolist() == [[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]]
 
 

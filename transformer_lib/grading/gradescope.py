@@ -72,9 +72,10 @@ def _project() -> dict:
 
 def _constraints() -> str:
     """The course's runtime pins (``requirements/runtime.txt``; torch is installed from its own index)."""
-    lines = (REPO / "requirements" / "runtime.txt").read_text(encoding="utf-8").splitlines()
-    pins = [line.strip() for line in lines if "==" in line and not line.strip().startswith(("#", "torch=="))]
-    return "\n".join(pins) + "\n"
+    from transformer_lib.doctor import read_pins
+
+    pins = read_pins(REPO / "requirements" / "runtime.txt")
+    return "".join(f"{name}=={version}\n" for name, version in pins.items() if name != "torch")
 
 
 def build(source: Path | str, out: Path | str) -> Path:
