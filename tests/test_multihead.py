@@ -290,6 +290,8 @@ def test_split_and_merge_heads_errors():
         merge_heads(torch.ones(4, 6))
     with pytest.raises(TypeError, match=r"^x: expected a torch.Tensor, got list$"):
         merge_heads([1.0, 2.0])
+    with pytest.raises(TypeError, match=r"^x: expected a torch.Tensor, got list$"):
+        split_heads([1.0, 2.0], 2)
     assert merge_heads(torch.arange(6.0).reshape(2, 1, 3)).tolist() == [[0.0, 1.0, 2.0, 3.0, 4.0, 5.0]]
 
 
@@ -382,6 +384,8 @@ def test_error_cache_from_another_layer_shape():
     with pytest.raises(ValueError, match=r"^cache: expected cached keys of shape \(2, 2, t, 4\), "
                                          r"got \(1, 4, 3, 4\)$"):
         mha(torch.ones(2, 1, 8), cache=cache)
+    with pytest.raises(ValueError, match=r"^cache: expected cached keys of shape \(3, 2, t, 4\), "):
+        mha(torch.ones(3, 1, 8), cache=cache)                               # batch 3, 2 heads
 
 
 def test_from_torch_errors():
