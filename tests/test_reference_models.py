@@ -270,7 +270,9 @@ def test_llama_logits_equal_at_explicit_positions(llama):
     with torch.no_grad():
         expected = hf(idx, position_ids=pos).logits
         got = ours(idx, positions=pos)
+        streamed, _ = ours(idx, positions=pos, return_stream=True)       # the stream's path too
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=0)
+    torch.testing.assert_close(streamed, expected, atol=1e-5, rtol=0)
 
 
 def test_llama_greedy_generation_equal(llama):
