@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from test_reference_models import ids, llama_pair
+from transformer_lib.config import ModelConfig
 from transformer_lib.model import GPT
 
 
@@ -20,3 +21,69 @@ def test_llama_loader_skips_stored_rope_inv_freq():
     idx = ids(6, seed=3, vocab=37)
     with torch.no_grad():
         torch.testing.assert_close(again(idx), hf(idx).logits, atol=1e-5, rtol=0)
+
+
+# ------------------------------------------------ every loader error: argument, expected, actual
+def _message(fn, *args):
+    try:
+        fn(*args)
+    except (TypeError, ValueError) as err:
+        return str(err)
+    raise AssertionError("no error raised")
+
+
+def _gpt2_sd(config):
+    """A GPT-2 state dict of the right shapes for `config` (Hugging Face's keys, Conv1D layout)."""
+    d, f = config.d_model, config.d_ff
+    sd = {"transformer.wte.weight": torch.zeros(config.vocab_size, d),
+          "transformer.wpe.weight": torch.zeros(config.n_ctx, d),
+          "transformer.ln_f.weight": torch.ones(d), "transformer.ln_f.bias": torch.zeros(d)}
+    for i in range(config.n_layers):
+        h = f"transformer.h.{i}."
+        for norm in ("ln_1", "ln_2"):
+            sd[f"{h}{norm}.weight"], sd[f"{h}{norm}.bias"] = torch.ones(d), torch.zeros(d)
+        sd[f"{h}attn.c_attn.weight"], sd[f"{h}attn.c_attn.bias"] = torch.zeros(d, 3 * d), torch.zeros(3 * d)
+        sd[f"{h}attn.c_proj.weight"], sd[f"{h}attn.c_proj.bias"] = torch.zeros(d, d), torch.zeros(d)
+        sd[f"{h}mlp.c_fc.weight"], sd[f"{h}mlp.c_fc.bias"] = torch.zeros(d, f), torch.zeros(f)
+        sd[f"{h}mlp.c_proj.weight"], sd[f"{h}mlp.c_proj.bias"] = torch.zeros(f, d), torch.zeros(d)
+    return sd
+
+
+def test_gpt2_loader_errors_name_the_key_expected_and_actual():
+    c = ModelConfig(vocab_size=11, n_ctx=8, d_model=8, n_layers=1, n_heads=2, mlp="gelu_tanh")
+    sd = _gpt2_sd(c)
+    assert GPT.from_gpt2_state_dict(sd, c).config == c                    # the right shapes load
+    cases = [
+        ({k: v for k, v in sd.items() if k != "transformer.h.0.ln_1.bias"}, c,
+         "state_dict: expected a GPT-2 key 'h.0.ln_1.bias' (with or without 'transformer.'), not found"),
+        ({**sd, "transformer.h.0.attn.c_attn.weight": torch.zeros(9, 24)}, c,
+         "state_dict['h.0.attn.c_attn.weight']: expected shape (8, 8) (from config), got (8, 9)"),
+        ({**sd, "transformer.h.0.attn.c_attn.bias": torch.zeros(23)}, c,
+         "state_dict['h.0.attn.c_attn.bias']: expected shape (8,) (from config), got (7,)"),
+        (sd, ModelConfig(**{**c.__dict__, "n_kv_heads": 1}),
+         "config: GPT-2 weights need n_kv_heads=n_heads and d_ff=4·d_model, got n_kv_heads=1, d_ff=32"),
+        (sd, ModelConfig(**{**c.__dict__, "d_ff": 16}),
+         "config: GPT-2 weights need n_kv_heads=n_heads and d_ff=4·d_model, got n_kv_heads=2, d_ff=16"),
+        (sd, {"n_layers": 1}, "config: expected a ModelConfig, got dict"),
+    ]
+    for state_dict, config, message in cases:
+        assert _message(GPT.from_gpt2_state_dict, state_dict, config) == message
+
+
+def test_llama_loader_errors_name_the_key_expected_and_actual():
+    hf, ours = llama_pair((4, 2), 10000.0, False, True)                  # biases in the projections
+    sd, c = dict(hf.state_dict()), ours.config
+    extra = {f"model.layers.0.{norm}.bias": torch.zeros(c.d_model)            # norms never have biases
+             for norm in ("input_layernorm", "post_attention_layernorm")}
+    extra |= {f"model.layers.{i}.mlp.extra": torch.zeros(1) for i in range(3)}
+    assert _message(GPT.from_llama_state_dict, {**sd, **extra}, c) == (
+        f"state_dict: expected only tensors of the config's LLaMA layout (n_layers={c.n_layers}, bias=True), "
+        "got unused keys ['layers.0.input_layernorm.bias', 'layers.0.mlp.extra', "
+        "'layers.0.post_attention_layernorm.bias', 'layers.1.mlp.extra']")
+    missing = {k: v for k, v in sd.items() if k != "model.norm.weight"}
+    assert _message(GPT.from_llama_state_dict, missing, c) == (
+        "state_dict: expected a LLaMA key 'norm.weight' (with or without 'model.'), not found")
+    tied = ModelConfig(**{**c.__dict__, "tied_embeddings": True})
+    assert _message(GPT.from_llama_state_dict, sd, tied) == (
+        "state_dict['lm_head.weight']: expected it equal to 'embed_tokens.weight' "
+        "(config.tied_embeddings=True), got another matrix")
