@@ -226,6 +226,17 @@ def test_relative_luminance_matches_wcag_on_dark_colours_and_at_the_knee():
     assert viz.relative_luminance([[0, 0, 0], [1, 1, 1]]) == pytest.approx([0.0, 1.0], abs=1e-12)
 
 
+def test_relative_luminance_computes_in_float64_for_low_precision_colours():
+    """A float32 or float16 colour (an image read as float32, say) is computed in float64:
+    the luminance of its exact values, not one rounded to single or half precision."""
+    for dtype in (np.float32, np.float16):
+        rgb = np.array([[0.5, 0.3, 0.02], [0.9, 0.1, 0.7]], dtype=dtype)
+        expected = [_wcag_luminance([float(c) for c in row]) for row in rgb]
+        out = viz.relative_luminance(rgb)
+        assert out.dtype == np.float64
+        assert out == pytest.approx(expected, rel=1e-12, abs=0)
+
+
 def test_ink_at_luminance_0179_is_white():
     """At luminance 0.179 white contrasts slightly more than black (4.585 vs 4.58:1); the ink
     changes to black only above it. The grey below has luminance 0.179 to float precision."""
@@ -357,7 +368,7 @@ def test_head_grid_default_columns_hide_the_unused_axes():
     grid = fig.axes[0].get_gridspec()
     assert (grid.nrows, grid.ncols) == (2, 4)
     assert isinstance(fig.get_layout_engine(), ConstrainedLayoutEngine)
-    hidden = [ax for ax in fig.axes if not ax.get_visible()]
+    hidden = [ax for ax in fig.axes if ax.get_visible() is False]
     assert len(hidden) == 3 and len(_panels(fig)) == 5
     assert [ax.get_subplotspec().get_geometry()[2] for ax in hidden] == [5, 6, 7]
     # y labels only in the first column (panels 0 and 4)
