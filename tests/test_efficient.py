@@ -110,3 +110,35 @@ def test_errors_name_the_argument():
     with pytest.raises(ValueError, match="k"):
         linear_attention(q, torch.randn(4, 2), q)
     assert math.isfinite(float(linear_attention(q, q, q).sum()))
+
+
+def test_linear_attention_with_tiny_normalisers():
+    """Very negative queries and keys make every φ about e^-10, so the normaliser φ(q)ᵀΣφ(k) is
+    about 1e-8: the output is still the weighted average of the values, by a float64 loop."""
+    gen = torch.Generator().manual_seed(5)
+    q = -10 + 0.1 * torch.randn(3, 4, dtype=torch.float64, generator=gen)
+    k = -10 + 0.1 * torch.randn(5, 4, dtype=torch.float64, generator=gen)
+    v = torch.randn(5, 2, dtype=torch.float64, generator=gen)
+    expected = torch.zeros(3, 2, dtype=torch.float64)
+    for i in range(3):
+        scores = torch.stack([(torch.exp(q[i]) * torch.exp(k[j])).sum() for j in range(5)])
+        expected[i] = (scores / scores.sum()) @ v
+    torch.testing.assert_close(linear_attention(q, k, v), expected, atol=1e-12, rtol=0)
+
+
+def test_efficient_functions_stay_on_the_input_device():
+    """The index tensors follow the input's device (the meta device stands in for a GPU)."""
+    q = torch.ones(2, 7, 4, device="meta")
+    assert sliding_window_mask(5, 1, device="meta").device.type == "meta"
+    assert sliding_window_attention(q, q, q, 2).device.type == "meta"
+
+
+def test_efficient_errors_in_full():
+    for fn, exc, message in [
+        (lambda: sliding_window_mask(2.0, 1), TypeError, "n: expected an int, got float (2.0)"),
+        (lambda: linear_attention(torch.ones(2, 4), torch.ones(2, 4), torch.ones(2, 4), eps=0), ValueError,
+         "eps: expected a finite number > 0, got 0"),
+    ]:
+        with pytest.raises(exc) as info:
+            fn()
+        assert str(info.value) == message
