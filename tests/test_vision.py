@@ -90,3 +90,52 @@ def test_constructor_errors_name_the_argument():
         VisionTransformer((8, 12), patch=5, channels=1, n_classes=2)
     with pytest.raises(TypeError, match="positions: expected a bool"):
         VisionTransformer((8, 8), patch=4, channels=1, n_classes=2, positions=1)
+
+
+def _error(fn):
+    try:
+        fn()
+    except (TypeError, ValueError) as err:
+        return str(err)
+    raise AssertionError("no error raised")
+
+
+def test_every_vision_error_in_full():
+    assert _error(lambda: patchify(torch.zeros(1, 1, 8, 8), 2.0)) == "patch: expected an int, got float (2.0)"
+    good = dict(image_size=(8, 8), patch=4, channels=1, n_classes=2, d_model=8, n_layers=1)
+    for name in ("patch", "channels", "n_classes", "d_model", "n_layers"):
+        assert _error(lambda: VisionTransformer(**{**good, name: 0})) == f"{name}: expected an int >= 1, got 0"
+    assert _error(lambda: VisionTransformer(**{**good, "image_size": (8, 6)})) == (
+        "patch: expected a divisor of H=8 and W=6, got 4")                   # only W is not a multiple
+
+
+def test_vision_defaults_and_initialisation():
+    """Defaults d_model 32, 2 heads, 1 layer, d_ff = 4·d_model, positions on; [CLS], row and
+    column vectors start as N(0, 0.02²) like GPT-2's embeddings; d_ff reaches every block."""
+    torch.manual_seed(0)
+    model = VisionTransformer((8, 8), patch=4, channels=1, n_classes=2)
+    assert model.embed.out_features == 32 and len(model.blocks) == 1 and model.positions is True
+    assert model.blocks[0].attn.n_heads == 2 and model.blocks[0].mlp.fc1.out_features == 128
+    torch.manual_seed(0)
+    wide = VisionTransformer((64, 64), patch=2, channels=1, n_classes=2, d_model=256, d_ff=24)
+    assert wide.blocks[0].mlp.fc1.out_features == 24
+    for vectors in (wide.cls, wide.row, wide.col):
+        assert 0.017 < float(vectors.detach().std()) < 0.023
+
+
+def test_three_layers_run_in_order():
+    """With 3 blocks the logits are head(norm(b2(b1(b0(tokens))))[CLS]), assembled by hand, and
+    the returned weights are the last block's."""
+    torch.manual_seed(3)
+    model = VisionTransformer((8, 8), patch=4, channels=1, n_classes=3, d_model=8, n_layers=3).eval()
+    images = torch.randn(2, 1, 8, 8, generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        x = model.tokens(images)
+        for block in model.blocks:
+            x = block(x)
+        expected = model.head(model.norm(x)[:, 0])
+        logits, weights = model(images, return_weights=True)
+        before_last = model.blocks[1](model.blocks[0](model.tokens(images)))
+        _, w_last = model.blocks[2].attn(model.blocks[2].norm1(before_last), return_weights=True)
+    torch.testing.assert_close(logits, expected, atol=1e-6, rtol=0)
+    torch.testing.assert_close(weights, w_last[:, :, 0].mean(dim=1), atol=1e-6, rtol=0)
