@@ -222,3 +222,18 @@ def test_library_checks_do_not_import_sympy():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "False"
+
+
+def test_ids_and_positions_rules_by_hand():
+    """require_ids without a label names the bare bound; require_positions takes (n,), (1, n)
+    and (batch, n), and nothing else, e.g. (2, n) for a batch of 3."""
+    from transformer_lib._checks import require_ids, require_positions
+
+    with pytest.raises(ValueError) as info:
+        require_ids("ids", torch.tensor([5, 1]), 3)
+    assert str(info.value) == "ids: expected values in [0, 3), got min 1 and max 5"
+    for shape in ((4,), (1, 4), (3, 4)):
+        assert require_positions("p", torch.zeros(shape, dtype=torch.long), 3, 4).shape == (3, 4)
+    with pytest.raises(ValueError) as info:
+        require_positions("p", torch.zeros(2, 4, dtype=torch.long), 3, 4)
+    assert str(info.value) == "p: expected shape (batch, n) = (3, 4) or (n,) = (4,), got (2, 4)"
