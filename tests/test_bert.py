@@ -273,3 +273,34 @@ def test_tokenize_returns_long_masks(minilm):
     ids, mask, tokens = tokenize(tok, ["a b c", "a"])
     assert ids.dtype == mask.dtype == torch.long
     assert mask.tolist() == [[1, 1, 1, 1, 1], [1, 1, 1, 0, 0]] and tokens[1][-1] == "[PAD]"
+
+
+def test_bert_config_defaults_and_errors_in_full():
+    """A config.json may leave out hidden_act (gelu), position_embedding_type (absolute),
+    layer_norm_eps (1e-12) and type_vocab_size (2), as Hugging Face's BertConfig does."""
+    base = {"vocab_size": 30, "max_position_embeddings": 16, "hidden_size": 8, "num_hidden_layers": 1,
+            "num_attention_heads": 2, "intermediate_size": 32}
+    c = bert_config(base)
+    hfc = transformers.BertConfig(**base)
+    assert (c.mlp, c.norm_eps, c.n_token_types) == ("gelu", 1e-12, 2)
+    assert (hfc.hidden_act, hfc.layer_norm_eps, hfc.type_vocab_size) == ("gelu", 1e-12, 2)
+    assert _error(bert_config, {**base, "position_embedding_type": "relative_key"}) == (
+        "hf['position_embedding_type']: expected 'absolute', got 'relative_key'")
+    assert _error(bert_config, base, 1) == "pooler: expected a bool, got int (1)"
+    swiglu = ModelConfig(**{**c.__dict__, "mlp": "swiglu"})
+    assert _error(check_bert_config, swiglu) == (
+        "config.mlp: a BERT encoder needs 'gelu', 'gelu_tanh' or 'relu', got 'swiglu'")
+
+
+def test_bert_inputs_at_the_limits_and_their_errors():
+    _, with_types, c = hf_pair((16, 4, 2, 24), "gelu", 2, False)
+    _, without_types, _ = hf_pair((16, 4, 2, 24), "gelu", 0, False)
+    ids = torch.zeros(1, c.n_ctx, dtype=torch.long)                          # exactly n_ctx tokens
+    out = with_types(ids)
+    assert out.last.shape == (1, c.n_ctx, 16) and out.attentions == ()      # no weights unless asked
+    assert len(with_types(ids, return_attention=True).attentions) == 2
+    assert _error(with_types, ids[:, :3], None, torch.tensor([[0, 1, 2]])) == (
+        "token_type_ids: expected values in [0, n_token_types=2), got min 0 and max 2")
+    assert _error(without_types, ids[:, :3], None, torch.zeros(1, 3, dtype=torch.long)) == (
+        "token_type_ids: expected None (config.n_token_types=0), got a tensor")
+    assert _error(lambda: with_types(ids, return_attention=1)) == "return_attention: expected a bool, got int (1)"
