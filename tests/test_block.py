@@ -295,6 +295,7 @@ def test_norm_errors_name_the_argument_expected_and_actual():
         (ValueError, "eps: expected a finite number > 0, got 0.0", lambda: LayerNorm(4, eps=0.0)),
         (TypeError, "d: expected an int, got float (2.0)", lambda: RMSNorm(2.0)),
         (ValueError, "x: expected shape (…, d_model=4), got (3, 5)", lambda: RMSNorm(4)(torch.ones(3, 5))),
+        (ValueError, "x: expected shape (…, d_model=4), got (3, 5)", lambda: MLP(4)(torch.ones(3, 5))),
         (TypeError, "residual: expected a bool, got int (1)", lambda: TransformerBlock(8, 2, residual=1)),
         (TypeError, "norm_first: expected a bool, got int (1)", lambda: TransformerBlock(8, 2, norm_first=1)),
     ]

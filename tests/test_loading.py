@@ -68,6 +68,10 @@ def test_gpt2_loader_errors_name_the_key_expected_and_actual():
     ]
     for state_dict, config, message in cases:
         assert _message(GPT.from_gpt2_state_dict, state_dict, config) == message
+    from transformer_lib.loading import check_gpt2_config, check_llama_config
+
+    for check in (check_gpt2_config, check_llama_config):
+        assert _message(check, {"n_layers": 1}) == "config: expected a ModelConfig, got dict"
 
 
 def test_llama_loader_errors_name_the_key_expected_and_actual():
