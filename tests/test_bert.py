@@ -304,3 +304,14 @@ def test_bert_inputs_at_the_limits_and_their_errors():
     assert _error(without_types, ids[:, :3], None, torch.zeros(1, 3, dtype=torch.long)) == (
         "token_type_ids: expected None (config.n_token_types=0), got a tensor")
     assert _error(lambda: with_types(ids, return_attention=1)) == "return_attention: expected a bool, got int (1)"
+
+
+def test_bert_config_reads_eps_and_token_types():
+    """layer_norm_eps and type_vocab_size other than the defaults reach the config, as in
+    transformers.BertConfig."""
+    base = {"vocab_size": 30, "max_position_embeddings": 16, "hidden_size": 8, "num_hidden_layers": 1,
+            "num_attention_heads": 2, "intermediate_size": 32, "layer_norm_eps": 1e-5, "type_vocab_size": 3}
+    hfc = transformers.BertConfig(**base)
+    for source in (base, hfc):
+        c = bert_config(source)
+        assert (c.norm_eps, c.n_token_types) == (hfc.layer_norm_eps, hfc.type_vocab_size) == (1e-5, 3)

@@ -295,7 +295,6 @@ def test_norm_errors_name_the_argument_expected_and_actual():
         (ValueError, "eps: expected a finite number > 0, got 0.0", lambda: LayerNorm(4, eps=0.0)),
         (TypeError, "d: expected an int, got float (2.0)", lambda: RMSNorm(2.0)),
         (ValueError, "x: expected shape (…, d_model=4), got (3, 5)", lambda: RMSNorm(4)(torch.ones(3, 5))),
-        (ValueError, "x: expected shape (…, d_model=4), got (3, 5)", lambda: MLP(4)(torch.ones(3, 5))),
         (TypeError, "residual: expected a bool, got int (1)", lambda: TransformerBlock(8, 2, residual=1)),
         (TypeError, "norm_first: expected a bool, got int (1)", lambda: TransformerBlock(8, 2, norm_first=1)),
     ]
@@ -313,3 +312,9 @@ def test_from_torch_copies_the_norm_eps():
     block = TransformerBlock.from_torch(layer).eval()
     x = 0.1 * rand(2, 4, 8, seed=35)
     torch.testing.assert_close(block(x), layer(x), **TOL)
+
+
+def test_mlp_width_error_in_full():
+    with pytest.raises(ValueError) as info:
+        MLP(4)(torch.ones(3, 5))
+    assert str(info.value) == "x: expected shape (…, d_model=4), got (3, 5)"
