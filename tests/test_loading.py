@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 
 from test_reference_models import ids, llama_pair
+from torch_helpers import error_message
 from transformer_lib.config import ModelConfig
 from transformer_lib.model import GPT
 
@@ -24,14 +25,6 @@ def test_llama_loader_skips_stored_rope_inv_freq():
 
 
 # ------------------------------------------------ every loader error: argument, expected, actual
-def _message(fn, *args):
-    try:
-        fn(*args)
-    except (TypeError, ValueError) as err:
-        return str(err)
-    raise AssertionError("no error raised")
-
-
 def _gpt2_sd(config):
     """A GPT-2 state dict of the right shapes for `config` (Hugging Face's keys, Conv1D layout)."""
     d, f = config.d_model, config.d_ff
@@ -67,11 +60,11 @@ def test_gpt2_loader_errors_name_the_key_expected_and_actual():
         (sd, {"n_layers": 1}, "config: expected a ModelConfig, got dict"),
     ]
     for state_dict, config, message in cases:
-        assert _message(GPT.from_gpt2_state_dict, state_dict, config) == message
+        assert error_message(GPT.from_gpt2_state_dict, state_dict, config) == message
     from transformer_lib.loading import check_gpt2_config, check_llama_config
 
     for check in (check_gpt2_config, check_llama_config):
-        assert _message(check, {"n_layers": 1}) == "config: expected a ModelConfig, got dict"
+        assert error_message(check, {"n_layers": 1}) == "config: expected a ModelConfig, got dict"
 
 
 def test_llama_loader_errors_name_the_key_expected_and_actual():
@@ -80,14 +73,14 @@ def test_llama_loader_errors_name_the_key_expected_and_actual():
     extra = {f"model.layers.0.{norm}.bias": torch.zeros(c.d_model)            # norms never have biases
              for norm in ("input_layernorm", "post_attention_layernorm")}
     extra |= {f"model.layers.{i}.mlp.extra": torch.zeros(1) for i in range(3)}
-    assert _message(GPT.from_llama_state_dict, {**sd, **extra}, c) == (
+    assert error_message(GPT.from_llama_state_dict, {**sd, **extra}, c) == (
         f"state_dict: expected only tensors of the config's LLaMA layout (n_layers={c.n_layers}, bias=True), "
         "got unused keys ['layers.0.input_layernorm.bias', 'layers.0.mlp.extra', "
         "'layers.0.post_attention_layernorm.bias', 'layers.1.mlp.extra']")
     missing = {k: v for k, v in sd.items() if k != "model.norm.weight"}
-    assert _message(GPT.from_llama_state_dict, missing, c) == (
+    assert error_message(GPT.from_llama_state_dict, missing, c) == (
         "state_dict: expected a LLaMA key 'norm.weight' (with or without 'model.'), not found")
     tied = ModelConfig(**{**c.__dict__, "tied_embeddings": True})
-    assert _message(GPT.from_llama_state_dict, sd, tied) == (
+    assert error_message(GPT.from_llama_state_dict, sd, tied) == (
         "state_dict['lm_head.weight']: expected it equal to 'embed_tokens.weight' "
         "(config.tied_embeddings=True), got another matrix")

@@ -7,6 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from torch_helpers import error_message
 from transformer_lib.vision import VisionTransformer, patchify
 
 
@@ -92,20 +93,12 @@ def test_constructor_errors_name_the_argument():
         VisionTransformer((8, 8), patch=4, channels=1, n_classes=2, positions=1)
 
 
-def _error(fn):
-    try:
-        fn()
-    except (TypeError, ValueError) as err:
-        return str(err)
-    raise AssertionError("no error raised")
-
-
 def test_every_vision_error_in_full():
-    assert _error(lambda: patchify(torch.zeros(1, 1, 8, 8), 2.0)) == "patch: expected an int, got float (2.0)"
+    assert error_message(lambda: patchify(torch.zeros(1, 1, 8, 8), 2.0)) == "patch: expected an int, got float (2.0)"
     good = dict(image_size=(8, 8), patch=4, channels=1, n_classes=2, d_model=8, n_layers=1)
     for name in ("patch", "channels", "n_classes", "d_model", "n_layers"):
-        assert _error(lambda: VisionTransformer(**{**good, name: 0})) == f"{name}: expected an int >= 1, got 0"
-    assert _error(lambda: VisionTransformer(**{**good, "image_size": (8, 6)})) == (
+        assert error_message(lambda: VisionTransformer(**{**good, name: 0})) == f"{name}: expected an int >= 1, got 0"
+    assert error_message(lambda: VisionTransformer(**{**good, "image_size": (8, 6)})) == (
         "patch: expected a divisor of H=8 and W=6, got 4")                   # only W is not a multiple
 
 

@@ -8,6 +8,16 @@ from torch import nn
 D64 = torch.float64
 
 
+def error_message(fn, *args) -> str:
+    """The message of the TypeError, ValueError or ImportError that ``fn(*args)`` raises, to be
+    compared in full (the argument, the expected and the actual value); fails if none is raised."""
+    try:
+        fn(*args)
+    except (TypeError, ValueError, ImportError) as err:
+        return str(err)
+    raise AssertionError(f"{getattr(fn, '__name__', fn)}: no error raised")
+
+
 def rand(*shape: int, seed: int = 0) -> torch.Tensor:
     """A seeded standard-normal float64 tensor of the given shape."""
     g = torch.Generator().manual_seed(seed)
