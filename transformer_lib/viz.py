@@ -207,8 +207,8 @@ def head_grid(
 
     ``labels`` names the n query tokens (and the keys unless ``col_labels`` is given);
     ``titles`` has one entry per head (default ``"head 0"``, …). With ``share_scale`` all
-    panels use one colour scale (0 to the global maximum) and one colorbar. Returns the Figure.
-    Chapter 5.
+    panels use one colour scale, from the smaller of 0 and the global minimum to the global
+    maximum, and one colorbar. Returns the Figure. Chapter 5.
     """
     w = _to_numpy(weights)
     if w.ndim != 3:
