@@ -504,12 +504,13 @@ def test_animation_html_frames_transparent_without_book_style():
 
     from PIL import Image
 
-    matplotlib.rcdefaults()
-    matplotlib.use("Agg")
-    fig, anim = _tiny_animation()
-    assert to_rgba(fig.get_facecolor())[3] == 1
-    html = viz.animation_html(anim)
-    plt.close(fig)
+    with matplotlib.rc_context():                      # the global style is restored afterwards
+        matplotlib.rcdefaults()
+        matplotlib.use("Agg")
+        fig, anim = _tiny_animation()
+        assert to_rgba(fig.get_facecolor())[3] == 1
+        html = viz.animation_html(anim)
+        plt.close(fig)
     frames = [f.replace("\\\n", "") for f in re.findall(r"data:image/png;base64,([A-Za-z0-9+/=\\\n]+)", html)]
     assert len(frames) == 2
     corner = Image.open(io.BytesIO(base64.b64decode(frames[0]))).convert("RGBA").getpixel((0, 0))
