@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from torch_helpers import rand, randomize, ref_block, ref_mlp, ref_rope
+from torch_helpers import error_message, rand, randomize, ref_block, ref_mlp, ref_rope
 from transformer_lib.attention import causal_mask
 from transformer_lib.block import MLP, LayerNorm, RMSNorm, TransformerBlock, make_norm
 
@@ -299,9 +299,7 @@ def test_norm_errors_name_the_argument_expected_and_actual():
         (TypeError, "norm_first: expected a bool, got int (1)", lambda: TransformerBlock(8, 2, norm_first=1)),
     ]
     for exc, message, fn in cases:
-        with pytest.raises(exc) as info:
-            fn()
-        assert str(info.value) == message
+        assert error_message(fn, exc=exc) == message
 
 
 def test_from_torch_copies_the_norm_eps():
@@ -315,6 +313,4 @@ def test_from_torch_copies_the_norm_eps():
 
 
 def test_mlp_width_error_in_full():
-    with pytest.raises(ValueError) as info:
-        MLP(4)(torch.ones(3, 5))
-    assert str(info.value) == "x: expected shape (…, d_model=4), got (3, 5)"
+    assert error_message(MLP(4), torch.ones(3, 5), exc=ValueError) == "x: expected shape (…, d_model=4), got (3, 5)"

@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch import nn
 
+from torch_helpers import error_message
 from transformer_lib.attention import SelfAttention, causal_mask, scaled_dot_product_attention
 from transformer_lib.block import MLP, LayerNorm, RMSNorm, TransformerBlock
 from transformer_lib.config import ModelConfig
@@ -229,11 +230,9 @@ def test_ids_and_positions_rules_by_hand():
     and (batch, n), and nothing else, e.g. (2, n) for a batch of 3."""
     from transformer_lib._checks import require_ids, require_positions
 
-    with pytest.raises(ValueError) as info:
-        require_ids("ids", torch.tensor([5, 1]), 3)
-    assert str(info.value) == "ids: expected values in [0, 3), got min 1 and max 5"
+    assert error_message(require_ids, "ids", torch.tensor([5, 1]), 3, exc=ValueError) == (
+        "ids: expected values in [0, 3), got min 1 and max 5")
     for shape in ((4,), (1, 4), (3, 4)):
         assert require_positions("p", torch.zeros(shape, dtype=torch.long), 3, 4).shape == (3, 4)
-    with pytest.raises(ValueError) as info:
-        require_positions("p", torch.zeros(2, 4, dtype=torch.long), 3, 4)
-    assert str(info.value) == "p: expected shape (batch, n) = (3, 4) or (n,) = (4,), got (2, 4)"
+    assert error_message(require_positions, "p", torch.zeros(2, 4, dtype=torch.long), 3, 4, exc=ValueError) == (
+        "p: expected shape (batch, n) = (3, 4) or (n,) = (4,), got (2, 4)")

@@ -8,6 +8,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from torch_helpers import error_message
 from transformer_lib.efficient import (elu_feature_map, linear_attention, sliding_window_attention,
                                        sliding_window_mask)
 
@@ -139,6 +140,4 @@ def test_efficient_errors_in_full():
         (lambda: linear_attention(torch.ones(2, 4), torch.ones(2, 4), torch.ones(2, 4), eps=0), ValueError,
          "eps: expected a finite number > 0, got 0"),
     ]:
-        with pytest.raises(exc) as info:
-            fn()
-        assert str(info.value) == message
+        assert error_message(fn, exc=exc) == message

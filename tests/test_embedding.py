@@ -7,6 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from torch_helpers import error_message
 from transformer_lib.embedding import (
     FixedMixing,
     embed,
@@ -218,9 +219,7 @@ def test_every_embedding_error_names_argument_expected_and_actual():
          torch.ones(2), torch.ones(3), torch.ones(3), 0.0),
     ]
     for exc, message, fn, *args in cases:
-        with pytest.raises(exc) as info:
-            fn(*args)
-        assert str(info.value) == message
+        assert error_message(fn, *args, exc=exc) == message
 
 
 def test_one_hot_and_embed_on_batches_and_wide_tables():
@@ -257,9 +256,8 @@ def test_fixed_mixing_checks_the_width_on_batches():
     W = torch.tensor([[0.0, 1.0], [1.0, 0.0]])
     x = torch.arange(30, dtype=torch.float32).reshape(5, 2, 3)
     assert torch.equal(FixedMixing.from_weight(W, d=3)(x), x.flip(-2))        # the swap W exchanges the rows
-    with pytest.raises(ValueError) as info:
-        FixedMixing.from_weight(W, d=4)(x)
-    assert str(info.value) == "x: expected feature width d=4, got shape (5, 2, 3)"
+    assert error_message(FixedMixing.from_weight(W, d=4), x, exc=ValueError) == (
+        "x: expected feature width d=4, got shape (5, 2, 3)")
 
 
 def test_nadaraya_watson_with_integer_targets():

@@ -1,9 +1,10 @@
 """`transformer_lib.loading` details the end-to-end tests leave open (Chapter 7): checkpoints
 saved by older `transformers` versions carry each layer's RoPE ``inv_freq`` buffer, which the
-loader must skip rather than reject as an unused tensor."""
+loader must skip rather than reject as an unused tensor; every loader error in full."""
 from __future__ import annotations
 
 import torch
+import transformers  # a pinned test dependency: a missing install must fail, not skip
 
 from test_reference_models import ids, llama_pair
 from torch_helpers import error_message
@@ -25,26 +26,11 @@ def test_llama_loader_skips_stored_rope_inv_freq():
 
 
 # ------------------------------------------------ every loader error: argument, expected, actual
-def _gpt2_sd(config):
-    """A GPT-2 state dict of the right shapes for `config` (Hugging Face's keys, Conv1D layout)."""
-    d, f = config.d_model, config.d_ff
-    sd = {"transformer.wte.weight": torch.zeros(config.vocab_size, d),
-          "transformer.wpe.weight": torch.zeros(config.n_ctx, d),
-          "transformer.ln_f.weight": torch.ones(d), "transformer.ln_f.bias": torch.zeros(d)}
-    for i in range(config.n_layers):
-        h = f"transformer.h.{i}."
-        for norm in ("ln_1", "ln_2"):
-            sd[f"{h}{norm}.weight"], sd[f"{h}{norm}.bias"] = torch.ones(d), torch.zeros(d)
-        sd[f"{h}attn.c_attn.weight"], sd[f"{h}attn.c_attn.bias"] = torch.zeros(d, 3 * d), torch.zeros(3 * d)
-        sd[f"{h}attn.c_proj.weight"], sd[f"{h}attn.c_proj.bias"] = torch.zeros(d, d), torch.zeros(d)
-        sd[f"{h}mlp.c_fc.weight"], sd[f"{h}mlp.c_fc.bias"] = torch.zeros(d, f), torch.zeros(f)
-        sd[f"{h}mlp.c_proj.weight"], sd[f"{h}mlp.c_proj.bias"] = torch.zeros(f, d), torch.zeros(d)
-    return sd
-
-
 def test_gpt2_loader_errors_name_the_key_expected_and_actual():
     c = ModelConfig(vocab_size=11, n_ctx=8, d_model=8, n_layers=1, n_heads=2, mlp="gelu_tanh")
-    sd = _gpt2_sd(c)
+    hf = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=11, n_positions=8, n_embd=8,
+                                                              n_layer=1, n_head=2))
+    sd = hf.state_dict()                                                  # Hugging Face's keys and layout
     assert GPT.from_gpt2_state_dict(sd, c).config == c                    # the right shapes load
     cases = [
         ({k: v for k, v in sd.items() if k != "transformer.h.0.ln_1.bias"}, c,

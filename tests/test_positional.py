@@ -10,6 +10,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 import torch  # noqa: E402
 
+from torch_helpers import error_message  # noqa: E402
 from transformer_lib.positional import (  # noqa: E402
     LearnedPositionalEmbedding,
     alibi_bias,
@@ -253,12 +254,6 @@ def test_alibi_errors():
 
 
 # ------------------------------------------------- exact errors (argument, expected, actual) and defaults
-def _raises(exc, message, fn, *args, **kwargs):
-    with pytest.raises(exc) as info:
-        fn(*args, **kwargs)
-    assert str(info.value) == message
-
-
 def test_every_positional_error_names_argument_expected_and_actual():
     from transformer_lib.positional import alibi_bias_at, rope_angles, rotate_half
 
@@ -297,7 +292,7 @@ def test_every_positional_error_names_argument_expected_and_actual():
         (ValueError, "n_heads: expected an int >= 1, got 0", alibi_bias_at, torch.arange(2), torch.arange(2), 0),
     ]
     for exc, message, fn, *args in cases:
-        _raises(exc, message, fn, *args)
+        assert error_message(fn, *args, exc=exc) == message
 
 
 def test_learned_embedding_init_std_and_repr():

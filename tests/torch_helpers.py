@@ -1,6 +1,7 @@
 """Random tensors and parameters shared by the library's tests (seeded, float64)."""
 from __future__ import annotations
 
+import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -8,14 +9,12 @@ from torch import nn
 D64 = torch.float64
 
 
-def error_message(fn, *args) -> str:
-    """The message of the TypeError, ValueError or ImportError that ``fn(*args)`` raises, to be
-    compared in full (the argument, the expected and the actual value); fails if none is raised."""
-    try:
+def error_message(fn, *args, exc: type | tuple = (TypeError, ValueError, ImportError)) -> str:
+    """The message of the ``exc`` that ``fn(*args)`` raises, to be compared in full (the
+    argument, the expected and the actual value); fails if it raises nothing or another error."""
+    with pytest.raises(exc) as info:
         fn(*args)
-    except (TypeError, ValueError, ImportError) as err:
-        return str(err)
-    raise AssertionError(f"{getattr(fn, '__name__', fn)}: no error raised")
+    return str(info.value)
 
 
 def rand(*shape: int, seed: int = 0) -> torch.Tensor:
