@@ -170,7 +170,7 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             """}, {"check_variance_divided_by_dk"}, "d_k²"),
         "score std hard-coded to the visible answer": ({"variance_questions#0": """
             return 16.0
-            """}, {"check_score_std"}, "score_std(1)"),
+            """}, {"check_score_std"}, "a hidden test (other inputs) fails: score_std(#)"),
     },
 }
 from submissions.wrong_ch03 import WRONG as _ch03; WRONG.update(_ch03)  # noqa: E402, E702

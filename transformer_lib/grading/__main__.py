@@ -2,7 +2,7 @@
 
     release  [--source exercises/source] [--dest exercises] [--check]
     grade    SOURCE.ipynb SUBMISSION... --out DIR [--jobs N] [--cell-timeout S] [--timeout S] [--quiet]
-             [--sandbox auto|bwrap|none] [--memory GB]
+             [--sandbox auto|bwrap|none] [--memory GB] [--seed SEED]
     check    STUDENT.ipynb [--source INSTRUCTOR.ipynb] [--cell-timeout S] [--timeout S]
     bench    [--n 20] [--jobs 2]
     gradescope SOURCE.ipynb --out autograder.zip
@@ -42,7 +42,7 @@ def _grade(args: argparse.Namespace) -> int:
     try:
         results = grade(args.source, args.submissions, args.out, jobs=args.jobs,
                         cell_timeout=args.cell_timeout, timeout=args.timeout, progress=not args.quiet,
-                        sandbox=args.sandbox, memory=int(args.memory * 2**30))
+                        sandbox=args.sandbox, memory=int(args.memory * 2**30), seed=args.seed)
     except (GradingError, MarkerError, FileNotFoundError, SandboxError) as err:
         print(f"grading stopped: {err}", file=sys.stderr)
         return 2
@@ -108,8 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     gr.add_argument("--timeout", type=float, default=300.0, help="seconds per notebook before it is killed")
     gr.add_argument("--quiet", action="store_true", help="no progress bar")
     gr.add_argument("--sandbox", choices=("auto", "bwrap", "none"), default="auto",
-                    help="run each submission in bubblewrap (auto: where it works)")
+                    help="run each submission in bubblewrap (auto: if it is installed; none: never)")
     gr.add_argument("--memory", type=float, default=4.0, help="GB of memory per submission before it is stopped")
+    gr.add_argument("--seed", help="seed of the hidden inputs (default: a new random one; the class report "
+                                   "names it, so that a run can be repeated)")
     gr.set_defaults(run=_grade)
     ch = sub.add_parser("check", help="run your exercise notebook as the grader will, visible checks only")
     ch.add_argument("notebook", type=Path, help="your notebook (exercises/NN_topic.ipynb)")

@@ -13,8 +13,12 @@ student reads (the check's own misconception sentence; expected and actual value
 later lines), with numbers replaced by ``#`` so that the same mistake made on other inputs, or
 with other wrong values, counts once (:func:`message_class`). The report shows the most
 common wording of each class. It is built only from the messages the students' feedback
-already shows, after the grader removed any line quoting the hidden tests, and it removes
-such lines again: the hidden tests' source never appears.
+already shows (a hidden test's message never shows its inputs or expected values).
+
+It also says how the run was made (sandboxed or not, the seed of the hidden inputs, with which
+the run can be repeated) and lists the submissions whose code used a construct the grader
+refuses (:mod:`~transformer_lib.grading.rules`), with the place and the construct, so that the
+instructor can look at them.
 """
 from __future__ import annotations
 
@@ -25,7 +29,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from .scoring import Check, SubmissionResult, redact
+from .judge import Check, SubmissionResult
 
 __all__ = ["message_class", "Misconception", "CheckSummary", "summarise", "histogram", "class_report_markdown",
            "write_class_report", "REPORT_FILES"]
@@ -70,7 +74,7 @@ class CheckSummary:
     misconceptions: list[Misconception]
 
 
-def summarise(results: list[SubmissionResult], checks: list[Check], hidden: list[str] = ()) -> list[CheckSummary]:
+def summarise(results: list[SubmissionResult], checks: list[Check]) -> list[CheckSummary]:
     """Per check, the passes and the failures' message classes, most frequent first."""
     summaries = []
     for check in checks:
@@ -79,7 +83,7 @@ def summarise(results: list[SubmissionResult], checks: list[Check], hidden: list
         counts: Counter[str] = Counter()
         wordings: dict[str, Counter[str]] = {}
         for c in failed:
-            text = _first_line(redact(c.message, list(hidden)))
+            text = _first_line(c.message)
             key = _NUMBER.sub("#", text)
             counts[key] += 1
             wordings.setdefault(key, Counter())[text] += 1
@@ -124,15 +128,18 @@ def _cell(text: str) -> str:
 
 
 def class_report_markdown(title: str, results: list[SubmissionResult], checks: list[Check],
-                          hidden: list[str] = ()) -> str:
+                          sandboxed: bool = True, seed: str = "") -> str:
     """The Markdown class report of one exercise notebook."""
     n, max_score = len(results), sum(c.points for c in checks)
     totals = [r.total for r in results]
-    summaries = summarise(results, checks, hidden)
+    summaries = summarise(results, checks)
+    how = "in the sandbox" if sandboxed else "**without a sandbox** (student code ran as the grader's user)"
     lines = [f"# Class report: {title}", "",
              f"{n} submission(s), {len(checks)} check(s), {_fmt(max_score)} points. A misconception is "
              "the first line of the message a failing check gave (numbers in it may differ between "
-             "submissions); the hidden tests' source is never shown.", "", "## Scores", ""]
+             "submissions).", "",
+             f"Graded {how}; hidden inputs drawn with seed `{seed}` "
+             "(`--seed` repeats them).", "", "## Scores", ""]
     if totals:
         lines += [f"Mean {statistics.mean(totals):.1f}, median {_fmt(statistics.median(totals))} of "
                   f"{_fmt(max_score)}; {sum(t == max_score for t in totals)} full score(s).", ""]
@@ -146,6 +153,14 @@ def class_report_markdown(title: str, results: list[SubmissionResult], checks: l
         lines += ["", "## Misconceptions, most frequent first", "", "| submissions | check | misconception |",
                   "|---|---|---|"]
         lines += [f"| {count} of {n} | `{gid}` | {_cell(text)} |" for count, gid, text in everything]
+    refused = [r for r in results if r.refused]
+    if refused:
+        lines += ["", "## Refused constructs", "",
+                  f"{len(refused)} submission(s) used code the grader refuses; the checks of the exercise it is in, "
+                  "and of the exercises after it, scored 0. Worth a look:", "",
+                  "| submission | where | construct |", "|---|---|---|"]
+        lines += [f"| {_cell(r.name)} | cell {x.cell + 1}, line {x.line} | {_cell(x.code)} — {_cell(x.reason)} |"
+                  for r in refused for x in r.refused]
     for s in summaries:
         lines += ["", f"### `{s.grade_id}` ({_points(s.points)}): {s.passed} of {n} passed", ""]
         if s.misconceptions:
@@ -156,14 +171,14 @@ def class_report_markdown(title: str, results: list[SubmissionResult], checks: l
 
 
 def write_class_report(out_dir: Path, results: list[SubmissionResult], checks: list[Check], title: str,
-                       hidden: list[str] = ()) -> None:
+                       sandboxed: bool = True, seed: str = "") -> None:
     """Write ``class_report.md`` and ``class_report.csv`` into ``out_dir``."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / REPORT_FILES[0]).write_text(class_report_markdown(title, results, checks, hidden), encoding="utf-8")
+    (out_dir / REPORT_FILES[0]).write_text(class_report_markdown(title, results, checks, sandboxed, seed), encoding="utf-8")
     with open(out_dir / REPORT_FILES[1], "w", newline="", encoding="utf-8") as fh:
         writer = csv.writer(fh)
         writer.writerow(["check", "points", "submissions", "passed", "misconception", "count"])
-        for s in summarise(results, checks, hidden):
+        for s in summarise(results, checks):
             base = [s.grade_id, _fmt(s.points), s.submissions, s.passed]
             for m in s.misconceptions or [Misconception("", 0)]:
                 writer.writerow([*base, m.text, m.count])

@@ -1,4 +1,4 @@
-"""Turn a submitted notebook into the notebook the grader runs.
+"""Prepare a submission for its run: the first step of grading (prepare → run → judge → report).
 
 :func:`load_submission` reads a submission without ever failing on it (a corrupt file gives
 a :class:`SubmissionError` with a readable reason). :func:`restore_checks` then puts the
@@ -6,19 +6,32 @@ instructor's check cells back, by ``grade_id``: every check cell is replaced by 
 instructor's version (so hidden tests are restored and edits undone), a missing check cell is
 re-inserted after the cell that precedes it in the instructor notebook (or at the end), and
 duplicated check cells are dropped. Each such event becomes a note for the report.
+
+:func:`for_kernel` turns the check cells into what the kernel runs under grading: the body of a
+function, so that nothing of the checks stays in the notebook's namespace, with the line
+``from transformer_lib.grading import checks`` replaced by code that executes the **kernel half**
+of the checks (each chapter module up to its judging line, see
+:mod:`transformer_lib.grading.checks`) from the files into new modules under a package name
+random per grading run. Whatever the notebook did before does not reach the checks, and no judge,
+reference or expected value is loaded into the kernel at all.
 """
 from __future__ import annotations
 
 import copy
+import inspect
 import json
 import re
+import secrets
 import warnings
 from pathlib import Path
 
 import nbformat
 from nbformat import NotebookNode
 
-from .notebook import check_cells, grade_id, is_check, strip_hidden
+from .notebook import IMPORT_CHECKS, check_cells, grade_id, is_check, strip_hidden
+
+FOLDER = Path(__file__).resolve().parent
+JUDGING_LINE = "# ==== judging"  # a chapter's checks module: what follows runs in the grader only
 
 MAX_SUBMISSION_BYTES = 20_000_000
 
@@ -95,6 +108,9 @@ def restore_checks(submission: NotebookNode, instructor: NotebookNode) -> tuple[
         gid = grade_id(cell)
         if gid not in wanted:
             cells.append(_normalised(cell))
+            if cells[-1].cell_type == "code":  # the checks are loaded by the check cells alone
+                cells[-1].source = "\n".join(line for line in cells[-1].source.splitlines()
+                                             if line.strip() != IMPORT_CHECKS)
             continue
         if gid in seen:
             notes.append(f"check cell {gid!r} appeared more than once; the copy at cell {pos} was dropped")
@@ -141,3 +157,83 @@ def _fresh(cell: NotebookNode) -> NotebookNode:
     new = copy.deepcopy(cell)
     new.outputs, new.execution_count = [], None
     return new
+
+
+# ---------------------------------------------------------------- the checks' kernel half
+
+def kernel_files(names: set[str] | None = None) -> tuple[str, ...]:
+    """The checks' files in the order they import each other: the harness, each chapter's module
+    (only those defining one of ``names``, if given and all are found), then the package."""
+    chapters = sorted(p.stem for p in (FOLDER / "checks").glob("ch[0-9]*.py"))
+    if names:
+        defines = {stem: set(re.findall(r"^def (\w+)\(", (FOLDER / "checks" / f"{stem}.py").read_text(encoding="utf-8"),
+                                        re.M)) for stem in chapters}
+        needed = [stem for stem in chapters if defines[stem] & names]
+        if names <= set().union(*(defines[stem] for stem in needed)):
+            chapters = needed
+    return ("_harness", *(f"checks.{stem}" for stem in chapters), "checks")
+
+
+def _grading_kernel_checks(folder: str, name: str, files: tuple[str, ...], cut: str):  # noqa: ANN202
+    """Execute ``files`` (dotted names under ``folder``; a name with submodules is a package, read
+    from its ``__init__.py``), each up to its first line starting with ``cut``, as new modules under
+    a new package ``name``; return the last.
+
+    This function's source is copied into check cells, so it imports what it needs itself. The
+    modules are in ``sys.modules`` only while they load (for their relative imports).
+    """
+    import sys
+    import types
+
+    package = types.ModuleType(name)
+    package.__path__ = [folder]
+    modules = {name: package}
+    try:
+        for dotted in files:
+            module = types.ModuleType(f"{name}.{dotted}")
+            path = f"{folder}/{dotted.replace('.', '/')}"
+            if any(f.startswith(dotted + ".") for f in files):  # a package
+                module.__path__, module.__package__, module.__file__ = [path], module.__name__, f"{path}/__init__.py"
+            else:
+                module.__package__, module.__file__ = module.__name__.rpartition(".")[0], f"{path}.py"
+            modules[module.__name__] = module
+            sys.modules.update(modules)
+            with open(module.__file__, encoding="utf-8") as fh:
+                lines = []
+                for line in fh.read().splitlines():
+                    if line.startswith(cut):
+                        break
+                    if not (line.startswith("from .ch") and f"{dotted}.{line[6:].split()[0]}" not in files):
+                        lines.append(line)  # gather only the chapters loaded
+            exec(compile("\n".join(lines) + "\n", module.__file__, "exec"), module.__dict__)  # noqa: S102
+    finally:
+        for key in modules:
+            sys.modules.pop(key, None)
+    return module
+
+
+def loader(name: str, indent: str = "", names: set[str] | None = None) -> str:
+    """The code that binds ``checks`` to a fresh kernel half of the checks (package ``name``; only
+    the chapters that define ``names``, see :func:`kernel_files`)."""
+    call = (f"checks = _grading_kernel_checks({str(FOLDER)!r}, {name!r}, {kernel_files(names)!r}, "
+            f"{JUDGING_LINE!r})")
+    code = f"{inspect.getsource(_grading_kernel_checks)}{call}\ndel _grading_kernel_checks"
+    return "\n".join(indent + line if line else line for line in code.splitlines())
+
+
+CELL_FUNCTION = "_grading_check_cell"
+
+
+def for_kernel(nb: NotebookNode, name: str | None = None) -> NotebookNode:
+    """A copy of ``nb`` whose check cells run as a function that loads its own kernel half of the
+    checks (package ``name``; random if None) and leaves nothing behind in the namespace."""
+    name = name or f"_grading_checks_{secrets.token_hex(8)}"
+    nb = copy.deepcopy(nb)
+    names = {n for cell in nb.cells if is_check(cell) for n in re.findall(r"\bchecks\.(\w+)", cell.source)}
+    for cell in nb.cells:
+        if is_check(cell):
+            body = [loader(name, "    ", names) if line.strip() == IMPORT_CHECKS else "    " + line
+                    for line in cell.source.splitlines()]
+            cell.source = "\n".join([f"def {CELL_FUNCTION}():", *body, "    pass", f"{CELL_FUNCTION}()",
+                                     f"del {CELL_FUNCTION}"])
+    return nb

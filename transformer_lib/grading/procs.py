@@ -24,12 +24,13 @@ PASSED_ON = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "LC_ALL", "L
              "SYSTEMROOT")
 
 
-def kernel_env(record_dir: str, token: str) -> dict[str, str]:
-    """The environment of a worker and its kernel: a minimal one, the record folder and the token."""
-    from ._checktools import RECORD_ENV, TOKEN_ENV  # here, so that the worker does not import torch
+def kernel_env(record_dir: str, token: str, seed: str = "") -> dict[str, str]:
+    """The environment of a worker and its kernel: a minimal one, the record folder, the token and
+    the grading run's seed of the hidden tests."""
+    from ._harness import RECORD_ENV, SEED_ENV, TOKEN_ENV  # here, so that the worker does not import torch
 
     kept = {key: os.environ[key] for key in PASSED_ON if key in os.environ}
-    return {**kept, **KERNEL_ENV, RECORD_ENV: record_dir, TOKEN_ENV: token}
+    return {**kept, **KERNEL_ENV, RECORD_ENV: record_dir, TOKEN_ENV: token, SEED_ENV: seed}
 
 
 def _kill(proc: psutil.Process) -> bool:
@@ -67,7 +68,7 @@ def kill_tree(pid: int) -> None:
 def kill_tagged(token: str, prefix: bool = False) -> int:
     """SIGKILL every process of this user whose environment carries ``token`` (or, with ``prefix``,
     a token starting with it); return how many."""
-    from ._checktools import TOKEN_ENV
+    from ._harness import TOKEN_ENV
 
     killed = 0
     for proc in processes_of(os.getuid()):

@@ -7,9 +7,9 @@ Layout of the output folder::
     <name>/results.json          score, output, tests[] (name, score, max_score, status, output, visibility)
     <name>/feedback.md           the score, the notes and each check's message for the student
 
-Messages are the checks' own ``AssertionError`` texts; for any other error a cell raised only
-its type is given (see :mod:`~transformer_lib.grading.scoring`). The source of the hidden tests
-is never written. If a submission's files cannot be written, it scores 0 with a note in
+Messages are the judges' (see :mod:`~transformer_lib.grading.judge`); for an error of the
+student's code only its type is given, and a hidden test's message shows neither its inputs nor
+its expected value. If a submission's files cannot be written, it scores 0 with a note in
 ``grades.csv``, and the other submissions are not affected.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ import csv
 import json
 from pathlib import Path
 
-from .scoring import Check, SubmissionResult, zeros
+from .judge import Check, SubmissionResult, zeros
 
 MAX_MESSAGE = 2000
 

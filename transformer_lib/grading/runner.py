@@ -36,7 +36,7 @@ import nbformat
 from . import slots
 from .notebook import grade_id, is_check
 from .procs import kernel_env, kill_tagged, kill_tree, kill_user
-from .records import Records, load_records
+from .records import Call, load_calls
 from .sandbox import MEMORY_BYTES, command, sandbox_env, sandbox_uid, tree_memory, user_memory
 
 OUTPUT_CAP = 10_000  # characters of output stored per cell
@@ -46,10 +46,11 @@ POLL_S = 0.5  # how often the memory of a run's processes is measured (about 6 m
 
 @dataclass
 class RunResult:
-    """What a run reported: one event per executed code cell, and the checks' records."""
+    """What a run reported: one event per executed code cell, and the check calls each check cell
+    recorded."""
 
     cells: list[dict[str, Any]] = field(default_factory=list)
-    records: dict[str, Records] = field(default_factory=dict)  # grade_id -> records
+    records: dict[str, list[Call]] = field(default_factory=dict)  # grade_id -> calls
     dead_at: int | None = None  # index of the cell during which the kernel died
     dead_label: str | None = None  # that cell's grade_id, if it has one
     killed: bool = False  # the whole-notebook time limit was hit
@@ -153,10 +154,11 @@ def _chown_all(folder: Path, uid: int) -> None:
 
 def run_notebook(nb: nbformat.NotebookNode, cell_timeout: float = 30.0, timeout: float = 300.0,
                  output_cap: int = OUTPUT_CAP, token_prefix: str = "", sandbox: bool = False,
-                 memory: int = MEMORY_BYTES) -> RunResult:
+                 memory: int = MEMORY_BYTES, seed: str = "") -> RunResult:
     """Execute ``nb`` in a worker process; never raises because of what the notebook does.
 
-    The run's token is ``token_prefix`` plus a random part (``result.token``). With ``sandbox``
+    The run's token is ``token_prefix`` plus a random part (``result.token``); ``seed`` is the
+    grading run's seed of the hidden tests, passed to the kernel. With ``sandbox``
     the worker runs in bubblewrap (the caller checked that it works). ``memory`` limits each
     process's address space and the resident memory of all the run's processes together.
     """
@@ -177,7 +179,7 @@ def run_notebook(nb: nbformat.NotebookNode, cell_timeout: float = 30.0, timeout:
                "records": str(private / "records"), "live": str(live), "cwd": str(cwd),
                "cell_timeout": cell_timeout, "output_cap": output_cap, "memory": memory, "sandboxed": sandbox,
                "uid": uid}
-        argv, env = [sys.executable, "-m", "transformer_lib.grading.worker"], kernel_env(str(live), result.token)
+        argv, env = [sys.executable, "-m", "transformer_lib.grading.worker"], kernel_env(str(live), result.token, seed)
         if sandbox:
             (public / "home").mkdir()
             argv, env = command(argv, [str(private), str(public)], str(private)), sandbox_env(env, public / "home")
@@ -195,7 +197,7 @@ def run_notebook(nb: nbformat.NotebookNode, cell_timeout: float = 30.0, timeout:
             tail = log.read_text(errors="replace")[-1500:] if log.is_file() else ""
             result.worker_error = f"worker exited with status {returncode}: {tail.strip()}"
         for folder in sorted((private / "records").glob("*")):
-            result.records[folder.name] = load_records(folder)
+            result.records[folder.name] = load_calls(folder)
     except KeyboardInterrupt:
         raise
     except Exception as err:  # the grader must survive anything a submission does

@@ -114,8 +114,11 @@ def probe() -> str | None:
 
 
 def resolve(mode: str) -> bool:
-    """True to sandbox with ``mode`` (``auto``, ``bwrap`` or ``none``). ``auto`` without a working
-    bubblewrap prints one line saying so; ``bwrap`` without one raises :class:`SandboxError`."""
+    """True to sandbox with ``mode`` (``auto``, ``bwrap`` or ``none``). ``bwrap`` needs a working
+    bubblewrap, and so does ``auto`` whenever bubblewrap is installed: if it fails to start, both
+    raise :class:`SandboxError` with the reason (grading never falls back silently; ``none`` is the
+    explicit way to grade without it). ``auto`` without bubblewrap installed grades unsandboxed,
+    with a warning (the class report says so too)."""
     if mode not in MODES:
         raise ValueError(f"sandbox: expected one of {MODES}, got {mode!r}")
     if mode == "none":
@@ -123,9 +126,11 @@ def resolve(mode: str) -> bool:
     why = probe()
     if why is None:
         return True
-    if mode == "bwrap":
-        raise SandboxError(f"--sandbox bwrap: {why}")
-    print(f"grading without a sandbox: {why}; student code runs as this user (see the README's threat model)",
+    if mode == "bwrap" or shutil.which("bwrap") is not None:
+        raise SandboxError(f"--sandbox {mode}: {why}. Fix it (`python -m transformer_lib doctor`), or grade "
+                           "without the sandbox with --sandbox none (student code then runs as this user)")
+    print(f"WARNING: grading without a sandbox: {why}; student code runs as this user and can read what this "
+          "user can (see the instructors' guide). Install bubblewrap, or pass --sandbox none to say so.",
           file=sys.stderr)
     return False
 

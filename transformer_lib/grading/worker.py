@@ -34,14 +34,12 @@ import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import DeadKernelError
 
+from .forking import KERNEL_ARGUMENTS, KernelLauncher, forked_kernel_manager
 from .notebook import grade_id, is_check
 from .procs import adopt_orphans, kill_descendants
 from .sandbox import MEMORY_BYTES, apply_limits, drop_privileges
 
 MAX_RECORD_FILE = 5_000_000  # bytes per .npz file moved out of the kernel's folder
-# No history database: nothing to keep, and no saving thread, which a fork in a cell stops and the
-# next cell would have to start again, perhaps when a fork bomb has left no process to spare.
-KERNEL_ARGUMENTS = ["--HistoryManager.enabled=False"]
 
 
 class GradingClient(NotebookClient):
@@ -49,9 +47,7 @@ class GradingClient(NotebookClient):
 
     def __init__(self, nb: nbformat.NotebookNode, job: dict[str, Any], launcher: Any = None) -> None:
         extra = {}
-        if launcher is not None:  # the kernel is forked by ``launcher`` (a zygote.KernelLauncher)
-            from .zygote import forked_kernel_manager
-
+        if launcher is not None:  # the kernel is forked by ``launcher`` (a forking.KernelLauncher)
             extra["kernel_manager_class"] = forked_kernel_manager(launcher)
         super().__init__(
             nb, kernel_name="python3", timeout=math.ceil(job["cell_timeout"]), interrupt_on_timeout=True,
@@ -166,8 +162,6 @@ def run(job: dict[str, Any], forked: bool = False) -> int:
         drop_privileges(int(job["uid"]))
     launcher = None
     if forked:  # the kernel's process is forked now, before the notebook is read
-        from .zygote import KernelLauncher
-
         launcher = KernelLauncher()
     nb = nbformat.read(job["notebook"], as_version=4)
     os.unlink(job["notebook"])  # it holds the hidden tests of every check: gone before the kernel starts

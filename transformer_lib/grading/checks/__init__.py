@@ -13,7 +13,7 @@ by hand name the wrong entries and the student's values, not the expected ones. 
 check prints one ``✓`` line. Called with no inputs it uses the visible example; the hidden tests
 of the instructor notebooks pass other inputs.
 """
-from .._checktools import CheckFailed
+from .._harness import CheckFailed
 from .ch01_embeddings import *  # noqa: F403
 from .ch02_attention import *  # noqa: F403
 from .ch03_block import *  # noqa: F403

@@ -1,35 +1,158 @@
 """Checks for the chapter 2 exercises: the practice problem by hand, the stable softmax,
 attention from scratch, and the √d_k questions.
 
-Each check computes its reference inside the function; no helper here computes an answer.
-Chapter 2.
+Above the judging line: what runs in the student's kernel (the inputs, visible and hidden, and
+the calls of the student's functions). Below it: the judges, which compute their references
+from the inputs and run in the grader. Chapter 2.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 
-from .._checktools import (seeded, _ATTENTIONS, _SOFTMAXES, CheckFailed, as_array, call, check_finite, check_shape,
-                           close, fail, ok, record, typename, unpack_pair)
+from .._harness import call, draw, hidden_generator, randn, run_check, seeded
 
 __all__ = ["check_hand_qkv", "check_hand_scores", "check_hand_weights", "check_stable_softmax",
            "check_attention", "check_masked_attention", "check_score_std", "check_score_range",
            "check_variance_divided_by_dk"]
 
+_SOFTMAXES = ("softmax", "logsumexp")  # also log_softmax, nn.Softmax, torch.special.softmax, Tensor.softmax
+_ATTENTIONS = ("scaled_dot_product_attention",)
 
 
-def check_stable_softmax(fn: Callable, x: torch.Tensor | None = None, dim: int = -1) -> None:
+# ---------------------------------------------------------------- 2.1 by hand: the values are recorded
+
+def _record_values(name: str, values: dict[str, Any]) -> None:
+    run_check(name, None, [{"what": name}], lambda fn, case: dict(values))
+
+
+def check_hand_qkv(Q: Any, K: Any, V: Any) -> None:
+    """The practice problem's ``Q = X W_Q``, ``K = X W_K``, ``V = X W_V`` (3×2 each). Chapter 2."""
+    _record_values("hand_qkv", {"Q": Q, "K": K, "V": V})
+
+
+def check_hand_scores(S: Any, S_symmetric: Any = None) -> None:
+    """The practice problem's raw scores ``S = Q Kᵀ`` (3×3), and the answer to "is S symmetric?"."""
+    _record_values("hand_scores", {"S": S, "S_symmetric": S_symmetric})
+
+
+def check_hand_weights(A: Any, Z: Any, A_row_sum: Any = None) -> None:
+    """The practice problem's ``A = softmax(S/√d_k)`` to 3 decimals (within 0.0005), ``Z = A V`` to
+    3 decimals (within 0.001) and what each row of A sums to. Chapter 2."""
+    _record_values("hand_weights", {"A": A, "Z": Z, "A_row_sum": A_row_sum})
+
+
+# ---------------------------------------------------------------- 2.2 the stable softmax
+
+def check_stable_softmax(fn: Callable, x: torch.Tensor | None = None, dim: int = -1, hidden: int = 0) -> None:
     """``fn(x, dim)`` must equal ``torch.softmax(x, dim)``, also for entries of ±1000. Chapter 2."""
-    x = torch.tensor([[1.0, 2.0, 3.0], [1000.0, 999.0, -5.0]]) if x is None else x
-    atol, rtol = 1e-6, 1e-5
+    if hidden:
+        g = hidden_generator("stable_softmax", hidden)
+        shape = (draw(g, 1, 3), draw(g, 2, 6), draw(g, 2, 6))
+        cases = [dict(x=(400 * randn(g, *shape)).float(), dim=draw(g, -3, 2)),
+                 dict(x=-1e4 + randn(g, draw(g, 2, 5), draw(g, 2, 5)), dim=draw(g, 0, 1))]
+    else:
+        cases = [dict(x=torch.tensor([[1.0, 2.0, 3.0], [1000.0, 999.0, -5.0]]) if x is None else x, dim=dim)]
+    for case in cases:
+        case["what"] = "stable_softmax(x, dim)"
+    run_check("stable_softmax", fn, cases, lambda f, c: {"out": call(f, c["x"].clone(), dim=c["dim"],
+                                                                        banned=_SOFTMAXES)}, hidden)
+
+
+# ---------------------------------------------------------------- 2.3 attention from scratch
+
+def _run_attention(fn: Callable, case: dict) -> dict:
+    kwargs = {} if case.get("mask") is None else {"mask": case["mask"].clone()}
+    return {"result": call(fn, case["q"].clone(), case["k"].clone(), case["v"].clone(), banned=_ATTENTIONS,
+                           **kwargs)}
+
+
+def _attention_case(g: torch.Generator, masked: bool) -> dict:
+    lead = tuple(draw(g, 1, 3) for _ in range(draw(g, 0, 2)))
+    n, m, d_k, d_v = draw(g, 1, 7), draw(g, 1, 8), draw(g, 1, 9), draw(g, 1, 6)
+    case = dict(q=randn(g, *lead, n, d_k, scale=1.5), k=randn(g, *lead, m, d_k, scale=1.5), v=randn(g, *lead, m, d_v))
+    if masked:
+        mask = torch.rand(n, m, generator=g) > 0.5
+        mask[torch.arange(n), torch.randint(0, m, (n,), generator=g)] = True  # every query sees some key
+        case["mask"] = mask
+    return case
+
+
+def check_attention(fn: Callable, q: torch.Tensor | None = None, k: torch.Tensor | None = None,
+                    v: torch.Tensor | None = None, hidden: int = 0) -> None:
+    """``fn(Q (…, n, d_k), K (…, m, d_k), V (…, m, d_v)) -> (Z (…, n, d_v), A (…, n, m))``. Chapter 2."""
+    if hidden:
+        g = hidden_generator("attention", hidden)
+        cases = [_attention_case(g, masked=False) for _ in range(3)]
+    else:
+        cases = [dict(q=seeded(10, 4, 8, scale=1.5) if q is None else q, k=seeded(11, 4, 8, scale=1.5) if k is None
+                      else k, v=seeded(12, 4, 3) if v is None else v)]
+    for case in cases:
+        case["what"] = "attention(Q, K, V)"
+    run_check("attention", fn, cases, _run_attention, hidden)
+
+
+def check_masked_attention(fn: Callable, q: torch.Tensor | None = None, k: torch.Tensor | None = None,
+                           v: torch.Tensor | None = None, mask: torch.Tensor | None = None, hidden: int = 0) -> None:
+    """``fn(Q, K, V, mask=mask)`` with a bool mask (True = may attend), e.g. causal. Chapter 2."""
+    if hidden:
+        g = hidden_generator("masked_attention", hidden)
+        cases = [_attention_case(g, masked=True) for _ in range(3)]
+    else:
+        q = seeded(20, 5, 4, scale=1.5) if q is None else q
+        k = seeded(21, 5, 4, scale=1.5) if k is None else k
+        v = seeded(22, 5, 3) if v is None else v
+        mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril() if mask is None else mask
+        cases = [dict(q=q, k=k, v=v, mask=mask)]
+    for case in cases:
+        case["what"] = "attention(Q, K, V, mask)"
+    run_check("masked_attention", fn, cases, _run_attention, hidden)
+
+
+# ---------------------------------------------------------------- 2.4 the d_k = 256 questions
+
+def _check_numbers(name: str, fn: Callable, d_ks: list[int] | None, hidden: int) -> None:
+    if hidden:
+        g = hidden_generator(name, hidden)
+        d_ks = [1, draw(g, 2, 63), draw(g, 64, 5000)]
+    cases = [dict(d_k=d, what=f"{name}({d})") for d in ([256] if d_ks is None else d_ks)]
+    run_check(name, fn, cases, lambda f, c: {"value": call(f, c["d_k"])}, hidden)
+
+
+def check_score_std(fn: Callable, d_ks: list[int] | None = None, hidden: int = 0) -> None:
+    """``fn(d_k)`` = standard deviation of the raw score qᵀk (16 for d_k = 256). Chapter 2."""
+    _check_numbers("score_std", fn, d_ks, hidden)
+
+
+def check_score_range(fn: Callable, d_ks: list[int] | None = None, hidden: int = 0) -> None:
+    """``fn(d_k)`` = ``(low, high)``, mean ± 2 standard deviations of qᵀk (±32 for d_k = 256). Chapter 2."""
+    _check_numbers("score_range", fn, d_ks, hidden)
+
+
+def check_variance_divided_by_dk(fn: Callable, d_ks: list[int] | None = None, hidden: int = 0) -> None:
+    """``fn(d_k)`` = Var(qᵀk / d_k) = 1/d_k (1/256 for d_k = 256). Chapter 2."""
+    _check_numbers("variance_divided_by_dk", fn, d_ks, hidden)
+
+
+# ==== judging: runs in the grader, never loaded into a graded kernel ====
+import math  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from .._harness import CheckFailed  # noqa: E402
+from .._judging import as_array, check_finite, check_shape, close, fail, judge, pair, truth  # noqa: E402
+
+
+@judge("stable_softmax", compare=("out",), atol=1e-6, rtol=1e-5, bans=_SOFTMAXES,
+       ok=lambda cases, outs: f"stable_softmax matches torch.softmax on inputs of shape "
+                              f"{', '.join(str(tuple(c['x'].shape)) for c in cases)}, largest |entry| "
+                              f"{max(float(c['x'].abs().max()) for c in cases):g} (rtol 1e-5)")
+def _stable_softmax(case: dict, out: dict) -> None:
+    x, dim, atol, rtol = case["x"], case["dim"], 1e-6, 1e-5
     expected = torch.softmax(x.double(), dim=dim).numpy()
-    out = call(fn, x.clone(), dim=dim, what="stable_softmax(x, dim)", banned=_SOFTMAXES)
-    got = as_array(out, "stable_softmax(x)")
-    record("stable_softmax", {"out": got}, atol=atol, rtol=rtol)
+    got = as_array(out["out"], "stable_softmax(x)")
     check_shape(got, expected.shape, "stable_softmax(x)", "softmax keeps the shape of its input")
     check_finite(got, "stable_softmax(x)", "exp overflows for large entries (exp(1000) = inf): subtract "
                  "the maximum along `dim` (x.amax(dim, keepdim=True)) before exponentiating")
@@ -42,15 +165,6 @@ def check_stable_softmax(fn: Callable, x: torch.Tensor | None = None, dim: int =
     if not close(got, expected, atol, rtol):
         fail(f"stable_softmax differs from the softmax along dim={dim} (atol {atol}, rtol {rtol})",
              expected, got)
-    ok(f"stable_softmax matches torch.softmax on an input of shape {tuple(x.shape)}, "
-       f"largest |entry| {float(x.abs().max()):g} (rtol {rtol})")
-
-
-def _run_attention(fn: Callable, q, k, v, mask, what: str) -> tuple[np.ndarray, np.ndarray]:
-    kwargs = {} if mask is None else {"mask": mask.clone()}
-    result = call(fn, q.clone(), k.clone(), v.clone(), what=what, banned=_ATTENTIONS, **kwargs)
-    z, a = unpack_pair(result, "attention", ("Z", "A"))
-    return as_array(z, "Z"), as_array(a, "A")
 
 
 def _diagnose_weights(a: np.ndarray, mask, expected: np.ndarray, unmasked: np.ndarray,
@@ -74,14 +188,15 @@ def _diagnose_weights(a: np.ndarray, mask, expected: np.ndarray, unmasked: np.nd
                  "is False before the softmax (True = may attend, PyTorch's convention)", expected, a)
     check_finite(a, "A", "exp overflows unless the softmax subtracts the row maximum")
     for hint, variant in variants.items():
-        if close(a, variant, atol, atol):
+        if close(a, variant, atol, atol) and not close(a, expected, atol, atol):
             fail(hint, expected, a)
     if not close(a, expected, atol, atol):
         fail(f"A differs from softmax(Q Kᵀ/√d_k) (atol {atol})", expected, a)
 
 
-def _check_attention(fn: Callable, q, k, v, mask, label: str) -> None:
-    atol, d_k = 1e-6, q.shape[-1]
+def _attention(case: dict, out: dict) -> None:
+    q, k, v, mask, atol = case["q"], case["k"], case["v"], case.get("mask"), 1e-6
+    d_k = q.shape[-1]
 
     def weights(scale: float, dim: int = -1, masked: bool = True) -> np.ndarray:
         scores = q @ k.transpose(-2, -1) * scale
@@ -91,8 +206,8 @@ def _check_attention(fn: Callable, q, k, v, mask, label: str) -> None:
 
     a_ref = weights(1 / math.sqrt(d_k))
     z_ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).numpy()
-    z, a = _run_attention(fn, q, k, v, mask, "attention(Q, K, V" + (", mask)" if mask is not None else ")"))
-    record(label, {"Z": z, "A": a}, atol=atol, rtol=atol)
+    z, a = pair(out["result"], "attention", ("Z", "A"))
+    z, a = as_array(z, "Z"), as_array(a, "A")
     _diagnose_weights(a, mask, a_ref, weights(1 / math.sqrt(d_k), masked=False), {
         f"did you forget to divide the scores by √d_k = √{d_k}?": weights(1.0),
         f"divide the scores by √d_k = {math.sqrt(d_k):g}, not by d_k = {d_k}": weights(1 / d_k),
@@ -107,94 +222,62 @@ def _check_attention(fn: Callable, q, k, v, mask, label: str) -> None:
         fail(f"Z differs from torch.nn.functional.scaled_dot_product_attention (atol {atol})", z_ref, z)
 
 
-def check_attention(fn: Callable, q: torch.Tensor | None = None, k: torch.Tensor | None = None,
-                    v: torch.Tensor | None = None) -> None:
-    """``fn(Q (…, n, d_k), K (…, m, d_k), V (…, m, d_v)) -> (Z (…, n, d_v), A (…, n, m))``. Chapter 2."""
-    q = seeded(10, 4, 8, scale=1.5) if q is None else q
-    k = seeded(11, 4, 8, scale=1.5) if k is None else k
-    v = seeded(12, 4, 3) if v is None else v
-    _check_attention(fn, q, k, v, None, "attention")
-    ok(f"attention matches softmax(Q Kᵀ/√d_k) and torch's scaled_dot_product_attention for "
-       f"Q {tuple(q.shape)}, K {tuple(k.shape)}, V {tuple(v.shape)} (atol 1e-6)")
+judge("attention", compare=("result",), atol=1e-6, rtol=1e-6, bans=_ATTENTIONS,
+      ok=lambda cases, outs: "attention matches softmax(Q Kᵀ/√d_k) and torch's scaled_dot_product_attention for "
+                             + ", ".join(f"Q {tuple(c['q'].shape)}, K {tuple(c['k'].shape)}, V {tuple(c['v'].shape)}"
+                                         for c in cases) + " (atol 1e-6)")(_attention)
+judge("masked_attention", compare=("result",), atol=1e-6, rtol=1e-6, bans=_ATTENTIONS,
+      ok=lambda cases, outs: "masked attention: weights are 0 where the mask is False, rows sum to 1, output "
+                             "matches torch for masks of shape "
+                             + ", ".join(str(tuple(c["mask"].shape)) for c in cases) + " (atol 1e-6)")(_attention)
 
 
-def check_masked_attention(fn: Callable, q: torch.Tensor | None = None, k: torch.Tensor | None = None,
-                           v: torch.Tensor | None = None, mask: torch.Tensor | None = None) -> None:
-    """``fn(Q, K, V, mask=mask)`` with a bool mask (True = may attend), e.g. causal. Chapter 2."""
-    q = seeded(20, 5, 4, scale=1.5) if q is None else q
-    k = seeded(21, 5, 4, scale=1.5) if k is None else k
-    v = seeded(22, 5, 3) if v is None else v
-    mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril() if mask is None else mask
-    _check_attention(fn, q, k, v, mask, "masked_attention")
-    ok(f"masked attention: weights are 0 where the mask is False, rows sum to 1, output matches "
-       f"torch for a mask of shape {tuple(mask.shape)} (atol 1e-6)")
+# q, k with iid N(0, 1) entries: qᵀk sums d_k independent terms q_i k_i, each of variance 1.
+_E_Q, _E_Q2 = 0.0, 1.0  # mean and second moment of each entry of q (and of k)
+_TERM = _E_Q2 * _E_Q2 - (_E_Q * _E_Q) ** 2  # Var(q_i k_i)
 
 
-# ------------------------------------------------- the d_k = 256 questions (q, k with iid N(0, 1))
-
-_E_Q, _E_Q2 = 0.0, 1.0  # mean and second moment of each entry of q (and of k): N(0, 1)
-_TERM = _E_Q2 * _E_Q2 - (_E_Q * _E_Q) ** 2  # Var(q_i k_i); qᵀk sums d_k independent such terms
-
-
-def _number(fn: Callable, d_k: int, what: str) -> np.ndarray:
-    return as_array(call(fn, d_k, what=f"{what}({d_k})"), what)
-
-
-def _check_numbers(fn: Callable, d_ks: list[int], what: str, reference: Callable,
-                   hints: dict[str, Callable]) -> None:
-    rtol = 1e-6
-    got = {d: _number(fn, d, what) for d in d_ks}
-    record(what, {f"d_k={d}": g for d, g in got.items()}, atol=1e-12, rtol=rtol)
-    for d, g in got.items():
+def _numbers(reference: Callable, hints: dict[str, Callable]) -> Callable[[dict, dict], None]:
+    def judge_number(case: dict, out: dict) -> None:
+        d, what = case["d_k"], case["what"]
+        got = as_array(out["value"], what)
         expected = np.asarray(reference(d), dtype=np.float64)
-        check_shape(g, expected.shape, f"{what}({d})")
-        if not close(g, expected, 1e-12, rtol):
+        check_shape(got, expected.shape, what)
+        if not close(got, expected, 1e-12, 1e-6):
             for hint, variant in hints.items():
-                if close(g, np.asarray(variant(d), dtype=np.float64), 1e-12, rtol):
-                    fail(f"{what}({d}): {hint}", expected, g)
-            fail(f"{what}({d}) is not right for q, k with independent N(0, 1) entries", expected, g)
+                if close(got, np.asarray(variant(d), dtype=np.float64), 1e-12, 1e-6):
+                    fail(f"{what}: {hint}", expected, got)
+            fail(f"{what} is not right for q, k with independent N(0, 1) entries", expected, got)
+    return judge_number
 
 
-def check_score_std(fn: Callable, d_ks: list[int] | None = None) -> None:
-    """``fn(d_k)`` = standard deviation of the raw score qᵀk (16 for d_k = 256). Chapter 2."""
-    d_ks = [256] if d_ks is None else d_ks
-    _check_numbers(fn, d_ks, "score_std", lambda d: math.sqrt(d * _TERM), {
-        "that is the variance Var(qᵀk) = d_k; the standard deviation is its square root": lambda d: d * _TERM,
-        "that is the standard deviation after dividing by √d_k; the question is about the raw qᵀk":
-            lambda d: 1.0})
-    ok(f"score_std: the raw score qᵀk has standard deviation √d_k for d_k in {d_ks}")
+def _two_sigma(d: int, k: float = 2.0) -> tuple[float, float]:
+    return (-k * math.sqrt(d * _TERM), k * math.sqrt(d * _TERM))
 
 
-def check_score_range(fn: Callable, d_ks: list[int] | None = None) -> None:
-    """``fn(d_k)`` = ``(low, high)``, mean ± 2 standard deviations of qᵀk (±32 for d_k = 256). Chapter 2."""
-    d_ks = [256] if d_ks is None else d_ks
-
-    def two_sigma(d: int, k: float = 2.0) -> tuple[float, float]:
-        return (-k * math.sqrt(d * _TERM), k * math.sqrt(d * _TERM))
-
-    _check_numbers(fn, d_ks, "score_range", two_sigma, {
-        "that is ±1 standard deviation (about 68% of scores); the question asks for ±2 (about 95%)":
-            lambda d: two_sigma(d, 1.0),
-        "the range uses the standard deviation √d_k, not the variance d_k":
-            lambda d: (-2.0 * d * _TERM, 2.0 * d * _TERM)})
-    ok(f"score_range: about 95% of raw scores lie within ±2√d_k for d_k in {d_ks}")
-
-
-def check_variance_divided_by_dk(fn: Callable, d_ks: list[int] | None = None) -> None:
-    """``fn(d_k)`` = Var(qᵀk / d_k) = 1/d_k (1/256 for d_k = 256). Chapter 2."""
-    d_ks = [256] if d_ks is None else d_ks
-    _check_numbers(fn, d_ks, "variance_divided_by_dk", lambda d: d * _TERM / d**2, {
-        "that is the variance after dividing by √d_k; dividing by d_k divides the variance by d_k²":
-            lambda d: d * _TERM / d,
-        "Var(c·X) = c²·Var(X): with c = 1/d_k the variance is d_k/d_k² = 1/d_k":
-            lambda d: d * _TERM / d**3})
-    ok(f"variance_divided_by_dk: dividing by d_k leaves variance 1/d_k (nearly uniform attention), "
-       f"d_k in {d_ks}")
+judge("score_std", compare=("value",), atol=1e-12, rtol=1e-6,
+      ok=lambda cases, outs: "score_std: the raw score qᵀk has standard deviation √d_k for d_k in "
+                             f"{[c['d_k'] for c in cases]}")(_numbers(lambda d: math.sqrt(d * _TERM), {
+          "that is the variance Var(qᵀk) = d_k; the standard deviation is its square root": lambda d: d * _TERM,
+          "that is the standard deviation after dividing by √d_k; the question is about the raw qᵀk":
+              lambda d: 1.0}))
+judge("score_range", compare=("value",), atol=1e-12, rtol=1e-6,
+      ok=lambda cases, outs: "score_range: about 95% of raw scores lie within ±2√d_k for d_k in "
+                             f"{[c['d_k'] for c in cases]}")(_numbers(_two_sigma, {
+          "that is ±1 standard deviation (about 68% of scores); the question asks for ±2 (about 95%)":
+              lambda d: _two_sigma(d, 1.0),
+          "the range uses the standard deviation √d_k, not the variance d_k":
+              lambda d: (-2.0 * d * _TERM, 2.0 * d * _TERM)}))
+judge("variance_divided_by_dk", compare=("value",), atol=1e-12, rtol=1e-6,
+      ok=lambda cases, outs: "variance_divided_by_dk: dividing by d_k leaves variance 1/d_k (nearly uniform "
+                             f"attention), d_k in {[c['d_k'] for c in cases]}")(_numbers(lambda d: d * _TERM / d**2, {
+          "that is the variance after dividing by √d_k; dividing by d_k divides the variance by d_k²":
+              lambda d: d * _TERM / d,
+          "Var(c·X) = c²·Var(X): with c = 1/d_k the variance is d_k/d_k² = 1/d_k": lambda d: d * _TERM / d**3}))
 
 
-# ---------------------------------------------------------------- Chapter 2: by hand
-
-_X = torch.tensor([[1, 0, 1, 1], [0, 1, 1, 0], [1, 1, 0, 1]], dtype=torch.float64)  # the exercise's data
+# The practice problem's data (typed as inputs; the answers are computed from them).
+_X = torch.tensor([[1, 0, 1, 1], [0, 1, 1, 0], [1, 1, 0, 1]], dtype=torch.float64)
 _W_Q = torch.tensor([[1, 0], [0, 1], [1, 0], [0, 1]], dtype=torch.float64)
 _W_K = torch.tensor([[0, 1], [1, 0], [0, 1], [1, 1]], dtype=torch.float64)
 _W_V = _W_Q.clone()
@@ -218,55 +301,37 @@ def _compare_hand(name: str, got: np.ndarray, expected: torch.Tensor, atol: floa
     raise CheckFailed(f"{name}: {hint}\n  wrong entries ({len(wrong)} of {got.size}), your values: {entries}")
 
 
-def check_hand_qkv(Q: Any, K: Any, V: Any) -> None:
-    """The practice problem's ``Q = X W_Q``, ``K = X W_K``, ``V = X W_V`` (3×2 each). Chapter 2."""
+@judge("hand_qkv", compare=("Q", "K", "V"), atol=1e-9, ok="Q, K and V of the practice problem are right")
+def _hand_qkv(case: dict, out: dict) -> None:
     q, k, v = _X @ _W_Q, _X @ _W_K, _X @ _W_V
-    got = {n: as_array(m, n) for n, m in (("Q", Q), ("K", K), ("V", V))}
-    record("hand_qkv", got, atol=1e-9)
+    got = {n: as_array(out[n], n) for n in ("Q", "K", "V")}
     swapped = "Q and K are swapped: Q = X W_Q, K = X W_K"
     _compare_hand("Q", got["Q"], q, 1e-9, {swapped: k})
     _compare_hand("K", got["K"], k, 1e-9, {swapped: q})
     _compare_hand("V", got["V"], v, 1e-9, {"V = X W_V (here W_V = W_Q)": k})
-    ok("Q, K and V of the practice problem are right")
 
 
-def _truth_value(answer: Any, what: str) -> bool:
-    """A yes/no answer as a bool: ``True``/``False`` (also a NumPy or one-element torch bool)."""
-    if isinstance(answer, torch.Tensor) and answer.numel() == 1 and answer.dtype == torch.bool:
-        return bool(answer)
-    if isinstance(answer, (bool, np.bool_)):
-        return bool(answer)
-    raise CheckFailed(f"{what} must be True or False (got {typename(answer)})")
-
-
-def check_hand_scores(S: Any, S_symmetric: Any = None) -> None:
-    """The practice problem's raw scores ``S = Q Kᵀ`` (3×3), and the answer to "is S symmetric?"
-    (``True``/``False``, decided here by comparing the reference S with its transpose). Chapter 2."""
+@judge("hand_scores", compare=("S",), atol=1e-9,
+       ok="S = Q Kᵀ of the practice problem is right, and so is your answer on its symmetry")
+def _hand_scores(case: dict, out: dict) -> None:
     q, k = _X @ _W_Q, _X @ _W_K
     s, d_k = q @ k.T, q.shape[-1]
-    got = as_array(S, "S")
-    record("hand_scores", {"S": got}, atol=1e-9)
-    _compare_hand("S", got, s, 1e-9, {
+    _compare_hand("S", as_array(out["S"], "S"), s, 1e-9, {
         "S looks transposed: s_ij = q_i · k_j, so S = Q Kᵀ (row i belongs to query i), not K Qᵀ": s.T,
         "S is the raw score matrix Q Kᵀ; the 1/√d_k scaling comes in the next step": s / math.sqrt(d_k),
         "the keys are K = X W_K, not Q (Q Qᵀ is symmetric)": q @ q.T})
-    answer = _truth_value(S_symmetric, "S_symmetric")
-    record("hand_symmetric", {"S_symmetric": np.array([float(answer)])})
-    if answer != bool(torch.equal(s, s.T)):
+    if truth(out["S_symmetric"], "S_symmetric") != bool(torch.equal(s, s.T)):
         raise CheckFailed("S_symmetric: S is symmetric when s_ij = s_ji for every pair i, j; compare the "
                           "entries of your (correct) S above and below its diagonal")
-    ok("S = Q Kᵀ of the practice problem is right, and so is your answer on its symmetry")
 
 
-def check_hand_weights(A: Any, Z: Any, A_row_sum: Any = None) -> None:
-    """The practice problem's ``A = softmax(S/√d_k)`` to 3 decimals (within 0.0005), ``Z = A V`` to
-    3 decimals (within 0.001, so that Z computed from the rounded A counts), and what each row of A
-    sums to. Chapter 2."""
+@judge("hand_weights",
+       ok="A = softmax(S/√2) and Z = A V of the practice problem are right to 3 decimals, and so is the row sum")
+def _hand_weights(case: dict, out: dict) -> None:
     q, k, v, atol, atol_z = _X @ _W_Q, _X @ _W_K, _X @ _W_V, 5e-4 + 1e-9, 1e-3
     s, d_k = q @ k.T, q.shape[-1]
     a = torch.softmax(s / math.sqrt(d_k), dim=-1)
-    got_a, got_z = as_array(A, "A"), as_array(Z, "Z")
-    record("hand_weights", {"A": got_a, "Z": got_z}, atol=atol_z)
+    got_a, got_z = as_array(out["A"], "A"), as_array(out["Z"], "Z")
     hints = {f"did you forget to divide the scores by √d_k = √{d_k} before the softmax?": torch.softmax(s, -1),
              f"divide the scores by √d_k = √{d_k} ≈ {math.sqrt(d_k):.3f}, not by d_k = {d_k}":
                  torch.softmax(s / d_k, -1),
@@ -282,10 +347,9 @@ def check_hand_weights(A: Any, Z: Any, A_row_sum: Any = None) -> None:
         raise CheckFailed("Z: right to 2 decimals but not to 3 — give every entry to 3 decimals")
     _compare_hand("Z", got_z, a @ v, atol_z, {"Z = A V: the weights multiply V from the left": a.T @ v,
                                               "Z uses the values V, not the keys K": a @ k})
-    if A_row_sum is None:
+    if out["A_row_sum"] is None:
         raise CheckFailed("A_row_sum: set it to what each row of A sums to (a number)")
-    row_sum = as_array(A_row_sum, "A_row_sum")
-    record("hand_row_sum", {"A_row_sum": row_sum}, atol=1e-6)
+    row_sum = as_array(out["A_row_sum"], "A_row_sum")
     if row_sum.shape not in {(), (1,), (a.shape[0],)}:
         raise CheckFailed(f"A_row_sum: one number (or one per row), got shape {row_sum.shape}")
     if not np.allclose(row_sum, a.sum(dim=-1).numpy(), atol=1e-6, rtol=0):
@@ -293,5 +357,3 @@ def check_hand_weights(A: Any, Z: Any, A_row_sum: Any = None) -> None:
                 if np.allclose(row_sum, a.sum().item(), atol=1e-6) else
                 "each row of A is a softmax: positive numbers divided by their own total")
         raise CheckFailed(f"A_row_sum: {hint}")
-    ok(f"A = softmax(S/√{d_k}) and Z = A V of the practice problem are right to 3 decimals, "
-       "and so is the row sum")

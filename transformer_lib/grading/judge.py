@@ -1,0 +1,151 @@
+"""Judge a run: the third step of grading (prepare → run → judge → report), in the grader's process.
+
+Nothing the kernel decided is trusted. A check earns its points iff
+
+- its cell recorded one call per call of the instructor's run, of the same check, each with one
+  outcome per case (a cell that ran "without error" but recorded nothing earns nothing);
+- the check's judge (:mod:`transformer_lib.grading._judging`) accepts every outcome on the
+  **instructor's** inputs (the inputs of the submission's own records are not used), and on the
+  judge's ``compare`` outputs the outcome equals the instructor's;
+- the grader's reading of the source refused nothing that costs it its points
+  (:mod:`~transformer_lib.grading.rules`).
+
+The message of a failure on a hidden test names the misconception only (:func:`~transformer_lib.
+grading._judging.render`). Notes say what happened to the run (time limits, the kernel dying,
+check cells restored).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ._harness import _BUILTIN_ERRORS, CheckFailed
+from ._judging import render, verdict
+from .records import Call
+from .rules import Refusal
+from .runner import RunResult
+
+
+@dataclass
+class Check:
+    """One check cell of the instructor notebook."""
+
+    grade_id: str
+    points: float
+
+
+@dataclass
+class CheckResult:
+    grade_id: str
+    score: float
+    max_score: float
+    message: str
+
+
+@dataclass
+class SubmissionResult:
+    name: str
+    path: Path
+    checks: list[CheckResult] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    costs: dict[str, list[Refusal]] = field(default_factory=dict)  # grade_id -> refused constructs
+
+    @property
+    def refused(self) -> list[Refusal]:
+        """Every refused construct of the submission, once, in notebook order."""
+        found = {(r.cell, r.line, r.code): r for rs in self.costs.values() for r in rs}
+        return [found[k] for k in sorted(found)]
+
+    @property
+    def total(self) -> float:
+        return sum(c.score for c in self.checks)
+
+    @property
+    def max_score(self) -> float:
+        return sum(c.max_score for c in self.checks)
+
+
+def zeros(checks: list[Check], message: str) -> list[CheckResult]:
+    """Every check scored 0 with the same message."""
+    return [CheckResult(c.grade_id, 0.0, c.points, message) for c in checks]
+
+
+def cell_name(index: int, label: str | None) -> str:
+    return f"cell {index}" + (f" ({label})" if label else "")
+
+
+def stop_reason(run: RunResult, timeout: float) -> str:
+    """Why a check cell of ``run`` has no result, in words for the student (shared with ``check``)."""
+    if run.out_of_memory:
+        return "the notebook used more memory than allowed and was stopped"
+    if run.killed:
+        return f"the notebook ran longer than {timeout:g} s and was stopped"
+    if run.dead_at is not None:
+        return f"the kernel died while running {cell_name(run.dead_at, run.dead_label)}"
+    if run.worker_error:
+        return "the grader could not run the notebook"
+    return "the check cell did not run"
+
+
+def cell_error(ename: str) -> str:
+    """What a student reads about a check cell that raised before its checks recorded anything:
+    the exception's type if it is a built-in one (never a message the kernel made up)."""
+    kind = ename if ename in _BUILTIN_ERRORS else "an exception"
+    hint = " (is every name the check uses defined? Run your solution cells first)" if kind == "NameError" else ""
+    return (f"the check cell raised {kind} before the check could record a result{hint}; run the check cell in "
+            "your notebook to see the traceback")
+
+
+def judge_calls(got: list[Call], expected: list[Call], compare: bool = True) -> str | None:
+    """None if the recorded calls ``got`` pass every judge on the inputs of ``expected`` (the
+    instructor's calls; with ``compare``, also equal to its outcomes where the judge says), else the
+    message a student reads."""
+    if not expected:
+        return "the check recorded nothing to judge"
+    for i, ref in enumerate(expected):
+        call = got[i] if i < len(got) else None
+        if call is None or call.check != ref.check or len(call.outs) != len(ref.outs):
+            return "the check cell finished without recording a result for every test, so there is nothing to judge"
+        for case, out, ref_out in zip(ref.cases, call.outs, ref.outs):
+            try:
+                verdict(ref.check, case, out, ref_out if compare else None)
+            except CheckFailed as err:
+                return render(str(err), bool(ref.hidden))
+    return None
+
+
+def judge_run(run: RunResult, checks: list[Check], reference: dict[str, list[Call]], cell_timeout: float,
+              timeout: float, costs: dict[str, list[Refusal]] | None = None) -> tuple[list[CheckResult], list[str]]:
+    """Per-check results and notes of one run."""
+    notes: list[str] = []
+    events = {e["grade_id"]: e for e in run.cells if e["grade_id"]}
+    for e in run.cells:
+        name = cell_name(e["cell"], e["label"])
+        if e["timed_out"]:
+            notes.append(f"{name} ran longer than {cell_timeout:g} s and was interrupted")
+        if e["truncated"]:
+            notes.append(f"the output of {name} was cut to its first {len(e['output'])} characters")
+    stop = stop_reason(run, timeout)
+    if run.killed or run.out_of_memory or run.dead_at is not None:
+        notes.append(f"{stop}; the checks after it were not run and score 0")
+    if run.worker_error:
+        notes.append(run.worker_error)
+    results = []
+    for check in checks:
+        event, got = events.get(check.grade_id), 0.0
+        refused = (costs or {}).get(check.grade_id, [])
+        if refused:
+            message = (f"0 points: the grader refuses {refused[0]}" +
+                       (f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""))
+        elif event is None:
+            message = f"not run: {stop}"
+        elif event["timed_out"]:
+            message = f"timed out: the cell ran longer than {cell_timeout:g} s and was interrupted"
+        else:
+            calls = run.records.get(check.grade_id, [])
+            failure = judge_calls(calls, reference[check.grade_id])
+            if failure is not None and event["status"] != "ok" and len(calls) < len(reference[check.grade_id]):
+                failure = cell_error(event["ename"])
+            got, message = (check.points, "passed") if failure is None else (0.0, failure)
+        results.append(CheckResult(check.grade_id, got, check.points, message))
+    return results, notes
