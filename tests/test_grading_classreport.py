@@ -1,6 +1,6 @@
-"""The class report: misconceptions counted by message class, the score histogram, no hidden
-tests; and, end to end, a folder of known-wrong submissions whose report counts exactly the
-misconceptions planted in it."""
+"""The class report: misconceptions counted by message class, the score histogram, how the run was
+made, the refused code; and, end to end, a folder of known-wrong submissions whose report counts
+exactly the misconceptions planted in it."""
 from __future__ import annotations
 
 import csv
@@ -19,9 +19,11 @@ from submissions.helpers import as_handed_in, run_inprocess, substitute  # noqa:
 from submissions.wrong import WRONG  # noqa: E402
 from transformer_lib.grading.classreport import (class_report_markdown, histogram, message_class,  # noqa: E402
                                                  summarise, write_class_report)
-from transformer_lib.grading.grade import unique_names  # noqa: E402
-from transformer_lib.grading.notebook import check_cells, dumps, grade_id, hidden_lines, read  # noqa: E402
-from transformer_lib.grading.scoring import Check, CheckResult, SubmissionResult  # noqa: E402
+from transformer_lib.grading.grade import bans, unique_names  # noqa: E402
+from transformer_lib.grading.judge import Check, CheckResult, SubmissionResult  # noqa: E402
+from transformer_lib.grading.notebook import check_cells, dumps, grade_id, read  # noqa: E402
+from transformer_lib.grading.prepare import restore_checks  # noqa: E402
+from transformer_lib.grading.rules import Refusal, refusals  # noqa: E402
 
 STEM = "02_building_up_attention"
 SOURCE = REPO / "exercises" / "source" / f"{STEM}.ipynb"
@@ -48,7 +50,7 @@ def test_the_message_class_is_the_first_line_with_numbers_replaced():
 
 
 def test_misconceptions_are_counted_per_check_and_sorted_by_frequency():
-    checks = [Check("check_a", 2.0, []), Check("check_b", 1.0, [])]
+    checks = [Check("check_a", 2.0), Check("check_b", 1.0)]
     axis = "AssertionError: softmax over the wrong axis (dim={})\n  expected: 1\n  got:      {}"
     results = [_result("s1", {"check_a": axis.format(0, 3)}, checks),
                _result("s2", {"check_a": axis.format(1, 5), "check_b": "AssertionError: forgot √d_k"}, checks),
@@ -70,14 +72,17 @@ def test_the_histogram_has_one_bar_per_point():
     assert len(histogram([0, 30], 30)) == 11  # ten bins above 20 points
 
 
-def test_hidden_test_lines_never_reach_the_report_and_the_table_stays_intact(tmp_path):
-    checks = [Check("check_a", 1.0, ["checks.check_a(secret_input_123)"])]
-    results = [_result("s1", {"check_a": "AssertionError: checks.check_a(secret_input_123) failed\nmore"}, checks),
+def test_the_report_says_how_the_run_was_made_lists_refused_code_and_keeps_the_table_intact(tmp_path):
+    checks = [Check("check_a", 1.0)]
+    results = [_result("s1", {"check_a": "0 points: the grader refuses …"}, checks),
                _result("s2", {"check_a": "AssertionError: |x| | y is off"}, checks)]
-    write_class_report(tmp_path, results, checks, "ex", ["checks.check_a(secret_input_123)"])
+    results[0].costs = {"check_a": [Refusal(3, 2, "import threading", "threads are out of bounds")]}
+    write_class_report(tmp_path, results, checks, "ex", sandboxed=False, seed="abc123")
     text = (tmp_path / "class_report.md").read_text(encoding="utf-8")
-    assert "secret_input" not in text and "secret_input" not in (tmp_path / "class_report.csv").read_text()
     assert "\\|x\\| \\| y is off" in text
+    assert "**without a sandbox**" in text and "seed `abc123`" in text
+    assert "| s1 | cell 4, line 2 | import threading — threads are out of bounds |" in text and "| s2 |" not in \
+        text.split("## Refused constructs")[1]
 
 
 def test_report_names_are_reserved():
@@ -99,7 +104,13 @@ def planted(tmp_path_factory):
         (subs / f"wrong{i}.ipynb").write_text(dumps(as_handed_in(wrong)), encoding="utf-8")
         failures = {g: e for g, e in run_inprocess(wrong).items() if e}  # the checks run in-process, hidden tests too
         assert set(failures) == caught_by, name
+        refused = refusals(restore_checks(wrong, nb)[0], nb, bans())  # the grader reads the source first
         for gid, message in failures.items():
+            if refused[gid]:
+                more = len(refused[gid]) - 1
+                message = f"0 points: the grader refuses {refused[gid][0]}" + (f" (and {more} more)" if more else "")
+            elif "hidden test" not in message:
+                message = message.removeprefix("AssertionError: ")
             expected[gid][message_class(message)] += 1
     (subs / "correct.ipynb").write_text(dumps(as_handed_in(nb)), encoding="utf-8")
     result = subprocess.run([sys.executable, "-m", "transformer_lib.grading", "grade", str(SOURCE), str(subs),
@@ -124,12 +135,9 @@ def test_the_counts_equal_the_misconceptions_planted(planted):
 
 def test_the_report_reads_as_the_instructor_needs_it(planted):
     _, rows, text = planted
-    softmax = {r["misconception"]: int(r["count"]) for r in rows if r["check"] == "check_stable_softmax"}
-    torch_softmax = "stable_softmax(x, dim) uses torch's softmax, which this exercise asks you to write from scratch"
-    assert softmax[torch_softmax] == 2
-    assert [r["misconception"] for r in rows if r["check"] == "check_stable_softmax"][0].startswith(
-        "stable_softmax(x, dim) uses torch's softmax")  # the most frequent first
+    softmax = [(r["misconception"], int(r["count"])) for r in rows if r["check"] == "check_stable_softmax"]
+    assert sum(m.startswith("0 points: the grader refuses") for m, _ in softmax) == 3, softmax
+    assert [c for _, c in softmax] == sorted((c for _, c in softmax), reverse=True)  # the most frequent first
     assert "| `check_stable_softmax` | 2 | 3 of 7 |" in text and "## Scores" in text and "```text" in text
-    assert "score_std(1) is not right" in text  # caught by a hidden test: its message, never its source
-    hidden = [h for _, c in check_cells(read(SOURCE)) for h in hidden_lines(c.source) if len(h) >= 8]
-    assert not [h for h in hidden if h in text]
+    assert "a hidden test (other inputs) fails: score_std(#) is not right" in text  # never the hidden inputs
+    assert "## Refused constructs" in text

@@ -8,7 +8,8 @@ answer, the hidden tests smuggled into the feedback (plain, reversed, base64, as
 forged events, daemons, files that are not notebooks and output names that collide; it and the
 run a submission stops by SIGTERM use ``--sandbox none``. A run with short limits (started
 first, in the background: it mostly waits) covers the time limits and a forged ``kernel_pid``;
-one more grades chapter 1; these two use the sandbox where bubblewrap works.
+it uses the sandbox where bubblewrap works. (Every notebook, correct, blank and attacked, is graded
+sandboxed in test_grading_notebooks.py.)
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import pytest
 
 from repo_paths import REPO
 from submissions.adversarial import SOURCE, build, sigterm, time_limits
-from transformer_lib.grading.notebook import check_cells, grade_id, hidden_lines, read
+from transformer_lib.grading.notebook import check_cells, grade_id, read
 
 GRADE_IDS = [grade_id(c) for _, c in check_cells(read(SOURCE))]
 GENEROUS = ("--cell-timeout", "120", "--timeout", "600")
@@ -111,6 +112,18 @@ def test_scores_per_check(graded):
         assert {rows[name][g] for g in GRADE_IDS} == {"0"}, rows[name]
 
 
+def test_refused_code_still_runs_and_is_judged_for_the_record(graded):
+    """forged_events and daemons use what the grader refuses (before the first exercise: every check scores
+    0); their notebooks ran all the same, and every check would otherwise have passed."""
+    _, _, out, _, _ = graded
+    for name in ("forged_events", "daemons"):
+        tests = json.loads((out / name / "results.json").read_text(encoding="utf-8"))["tests"]
+        assert all(t["score"] == 0 and "the grader refuses" in t["output"]
+                   and "(judged without regard to that: passed)" in t["output"] for t in tests), (name, tests)
+    monkeypatched = json.loads((out / "monkeypatch_checks" / "results.json").read_text(encoding="utf-8"))["tests"]
+    assert all("from transformer_lib.grading import checks as _c" in t["output"] for t in monkeypatched)
+
+
 def test_output_names_never_collide(graded):
     _, rows, out, _, _ = graded
     collided = {"grades.csv-2", "a_b", "a_b-2", "a_b-3"}  # grades.csv.ipynb, a b, a_b-2, a_b
@@ -131,27 +144,28 @@ def test_results_json_is_gradescope_format(graded):
 
 def test_feedback_shows_check_messages_but_never_hidden_tests(graded):
     expected, _, out, _, _ = graded
-    hidden = [h for _, c in check_cells(read(SOURCE)) for h in hidden_lines(c.source) if len(h) >= 8]
     for name in expected:
         text = (out / name / "feedback.md").read_text(encoding="utf-8")
-        leaked = [h for h in hidden if h in text or h[::-1] in text]
-        assert not leaked, f"{name}: hidden tests in the feedback: {leaked}"
+        assert "checks.check_" not in text and "hidden=" not in text, f"{name}: a check cell in the feedback"
         assert not re.search(r"[A-Za-z0-9+/]{40,}", text), f"{name}: an encoded blob in the feedback"
     exfiltrated = (out / "exfiltrate_hidden_tests" / "feedback.md").read_text(encoding="utf-8")
     assert exfiltrated.count("your code raised AssertionError while the check ran") == 3
     assert "your code raised an exception while the check ran" in exfiltrated  # a made-up class name
-    assert "checks.check_" not in exfiltrated and "_g = torch" not in exfiltrated
     hard = (out / "hard_coded" / "feedback.md").read_text(encoding="utf-8")
-    assert "AssertionError: score_std(1) is not right" in hard and "expected: 1." in hard
+    assert "a hidden test (other inputs) fails: score_std(#) is not right" in hard
+    assert "expected" not in hard.split("check_score_std")[1] and "got" not in hard.split("check_score_std")[1]
     blank = (out / "blank" / "feedback.md").read_text(encoding="utf-8")
     assert "not implemented yet" in blank and "Score: 0 / 12" in blank
 
 
-def test_the_class_report_counts_every_submission_and_never_shows_hidden_tests(graded):
+def test_the_class_report_counts_every_submission_and_lists_the_refused_code(graded):
     expected, rows, out, _, _ = graded
     text = (out / "class_report.md").read_text(encoding="utf-8")
-    hidden = [h for _, c in check_cells(read(SOURCE)) for h in hidden_lines(c.source) if len(h) >= 8]
-    assert not [h for h in hidden if h in text or h[::-1] in text] and "checks.check_" not in text
+    assert "checks.check_" not in text and "without a sandbox" in text
+    refused = text.split("## Refused constructs")[1].split("###")[0]
+    for name in ("forged_events", "daemons", "monkeypatch_checks", "kernel_dies", "exfiltrate_hidden_tests"):
+        assert f"| {name} |" in refused, name
+    assert "| correct |" not in refused and "| warnings |" not in refused
     passed = sum(row["check_stable_softmax"] == "2" for row in rows.values())
     assert f"| `check_stable_softmax` | 2 | {passed} of {len(expected)} |" in text
 
@@ -185,25 +199,6 @@ def test_sigterm_writes_partial_reports(tmp_path):
     assert (rows["a_correct"]["total"], rows["a_correct"]["notes"]) == ("12", "")
     assert rows["b_sigterm"]["total"] == "0" and "interrupted" in rows["b_sigterm"]["notes"]
     assert "interrupted" in (out / "b_sigterm" / "feedback.md").read_text(encoding="utf-8")
-
-
-def test_chapter_1_correct_and_blank(tmp_path):
-    from submissions.helpers import as_handed_in
-    from transformer_lib.grading.notebook import dumps, release
-
-    source = REPO / "exercises" / "source" / "01_data_independent_weights.ipynb"
-    nb = read(source)
-    (tmp_path / "right.ipynb").write_text(dumps(as_handed_in(nb)), encoding="utf-8")
-    (tmp_path / "blank.ipynb").write_text(dumps(release(nb)), encoding="utf-8")
-    out = tmp_path / "out"
-    result = _grade(tmp_path / "right.ipynb", tmp_path / "blank.ipynb", "--out", out, "--jobs", "2", "--quiet",
-                    *GENEROUS, source=source)
-    assert result.returncode == 0, result.stderr[-3000:]
-    rows = _rows(out)
-    assert (rows["right"]["total"], rows["blank"]["total"], rows["right"]["max"]) == ("5", "0", "5")
-    assert rows["right"]["notes"] == "" and rows["blank"]["notes"] == ""
-    blank = (out / "blank" / "feedback.md").read_text(encoding="utf-8")
-    assert "your code raised NameError while the check ran (is every name" in blank  # the unanswered 1.4
 
 
 def test_time_limits_and_a_forged_kernel_pid(limits):  # last: the run has been waiting in the background

@@ -1,7 +1,7 @@
-"""The grading run around the checks: events read as hostile data, output names, what feedback
-may show, the kernels' environment and processes, and the orchestration of a run (the
+"""The grading run around the checks: events and records read as hostile data, output names, what
+feedback may show, the kernels' environment and processes, and the orchestration of a run (the
 instructor notebook first, interrupts, failures confined to one submission), with a fake runner
-where no kernel is needed."""
+(returning the instructor's own records) where no kernel is needed."""
 from __future__ import annotations
 
 import json
@@ -11,21 +11,22 @@ import time
 from pathlib import Path
 
 import nbformat
-import numpy as np
 import psutil
 import pytest
 
 from repo_paths import REPO
-from submissions.helpers import as_handed_in
+from submissions.helpers import as_handed_in, records_of
 from transformer_lib.grading import grade as grade_module
-from transformer_lib.grading._checktools import RECORD_ENV, TOKEN_ENV, failure_name
+from transformer_lib.grading._harness import RECORD_ENV, SEED_ENV, TOKEN_ENV
+from transformer_lib.grading._judging import error_message
 from transformer_lib.grading.grade import (CheckResult, GradingError, GradingInterrupted, SubmissionResult, grade,
                                            unique_names)
+from transformer_lib.grading.judge import Check, cell_error
 from transformer_lib.grading.notebook import check_cells, dumps, grade_id, read
 from transformer_lib.grading.procs import kernel_env, kill_tagged
+from transformer_lib.grading.records import load_calls
 from transformer_lib.grading.report import write_reports
 from transformer_lib.grading.runner import RunResult, _read_events
-from transformer_lib.grading.scoring import Check, error_message
 
 SOURCE = REPO / "exercises" / "source" / "02_building_up_attention.ipynb"
 
@@ -49,8 +50,6 @@ def test_events_and_records_are_read_only_from_regular_files(tmp_path):
     """A kernel could replace them by a FIFO (the grader would block) or a link to the grader's files."""
     import threading
 
-    from transformer_lib.grading.records import load_records
-
     nb = read(SOURCE)
     real = tmp_path / "real.jsonl"
     real.write_text(json.dumps({"cell": check_cells(nb)[0][0], "status": "ok"}) + "\n" + json.dumps({"done": True}))
@@ -65,12 +64,12 @@ def test_events_and_records_are_read_only_from_regular_files(tmp_path):
             run = RunResult()
             _read_events(tmp_path / f"{name}.jsonl", nb, run, 100)
             results[name] = (len(run.cells), run.finished)
-        results["records"] = load_records(tmp_path / "records")
+        results["records"] = load_calls(tmp_path / "records")
 
     thread = threading.Thread(target=read_all, daemon=True)
     thread.start()
     thread.join(10)
-    assert results == {"real": (1, True), "fifo": (0, False), "link": (0, False), "records": {}}
+    assert results == {"real": (1, True), "fifo": (0, False), "link": (0, False), "records": []}
 
 
 def test_output_names_are_unique_and_never_grades_csv():
@@ -81,19 +80,20 @@ def test_output_names_are_unique_and_never_grades_csv():
     assert all(0 < len(n) < 110 and not n.startswith(".") for n in names)
 
 
-def test_feedback_shows_only_the_checks_own_messages():
-    mine = failure_name("tok")
-    assert error_message({"ename": mine, "evalue": "wrong axis"}, "tok") == "AssertionError: wrong axis"
-    for ename in ("AssertionError", failure_name("other"), "ValueError", "Secret_hidden_source_text"):
-        message = error_message({"ename": ename, "evalue": "SECRET"}, "tok")
-        assert "SECRET" not in message and "Secret" not in message and "your code raised" in message
+def test_feedback_never_shows_text_the_kernel_made_up():
+    """What the kernel records about an error is a code and a name: the message is the grader's."""
+    assert "ValueError" in error_message({"error": "raised", "detail": "ValueError"}, "f(x)")
+    message = error_message({"error": "raised", "detail": "the hidden input was 42; expected: 7!"}, "f(x)")
+    assert "42" in message and " " not in message.split("raised ")[1].split(" ")[0]  # one identifier at most
+    assert error_message({"error": "made up", "detail": "x"}, "f(x)") == "f(x) returned nothing the check could judge"
+    assert "NameError" in cell_error("NameError") and "Secret" not in cell_error("Secret_text_of_the_kernel")
 
 
 def test_the_kernel_gets_a_minimal_environment(monkeypatch):
     monkeypatch.setenv("GRADER_ONLY_SECRET", "x")
     env = kernel_env("/records", "tok")
     assert "GRADER_ONLY_SECRET" not in env and env["PATH"] == os.environ["PATH"]
-    assert (env[RECORD_ENV], env[TOKEN_ENV], env["HF_HUB_OFFLINE"]) == ("/records", "tok", "1")
+    assert (env[RECORD_ENV], env[TOKEN_ENV], env[SEED_ENV], env["HF_HUB_OFFLINE"]) == ("/records", "tok", "", "1")
 
 
 def test_kill_tagged_kills_only_the_processes_with_the_token():
@@ -113,20 +113,28 @@ def test_kill_tagged_kills_only_the_processes_with_the_token():
 
 # ------------------------------------------------------------------ the grading run, with a fake runner
 
+_RECORDS: dict = {}
+
+
+def _instructor_records() -> dict:
+    if not _RECORDS:
+        _RECORDS.update(records_of(read(SOURCE)))
+    return _RECORDS
+
+
 def _passing_run(nb, *args, **kwargs) -> RunResult:
-    """What a run of ``nb`` reports if every check passes and records the same results."""
+    """What a run of ``nb`` reports if every check passes: the instructor's own records."""
     run = RunResult(token="fake")
     for i, cell in check_cells(nb):
         gid = grade_id(cell)
         run.cells.append({"cell": i, "grade_id": gid, "label": gid, "status": "ok", "ename": "", "evalue": "",
                           "output": "", "timed_out": False, "truncated": False})
-        run.records[gid] = {"00-x": {"out": np.ones(2)}}
+        run.records[gid] = _instructor_records()[gid]
     return run
 
 
 @pytest.fixture
-def two_submissions(tmp_path, monkeypatch):
-    monkeypatch.setattr(grade_module, "_REFERENCE_CACHE", {})
+def two_submissions(tmp_path):
     text = dumps(as_handed_in(read(SOURCE)))
     paths = [tmp_path / "a.ipynb", tmp_path / "b.ipynb"]
     for path in paths:
@@ -159,25 +167,25 @@ def test_an_interrupt_writes_partial_reports(two_submissions, tmp_path, monkeypa
     assert "interrupted" in b.notes[0] and "interrupted" in (tmp_path / "out" / "grades.csv").read_text()
 
 
-def test_a_failure_while_scoring_one_submission_gives_it_a_note_and_0(two_submissions, tmp_path, monkeypatch):
-    real, calls = grade_module.score, []
+def test_a_failure_while_judging_one_submission_gives_it_a_note_and_0(two_submissions, tmp_path, monkeypatch):
+    real, calls = grade_module.judge_run, []
 
-    def score(run, *args):
+    def judge_run(run, *args):
         calls.append(run)
         if len(calls) == 1:
             raise KeyError("boom")
         return real(run, *args)
 
     monkeypatch.setattr(grade_module, "run_notebook", _passing_run)
-    monkeypatch.setattr(grade_module, "score", score)
+    monkeypatch.setattr(grade_module, "judge_run", judge_run)
     a, b = grade(SOURCE, two_submissions, tmp_path / "out", progress=False)
-    assert (a.total, b.total) == (0, 12) and "could not score this submission (KeyError" in a.notes[0]
+    assert (a.total, b.total) == (0, 12) and "could not judge this submission (KeyError" in a.notes[0]
 
 
 def test_a_report_that_cannot_be_written_gives_a_note_and_0(tmp_path):
     (tmp_path / "alice").write_text("a file where the folder should go")
     results = [SubmissionResult(n, Path(f"{n}.ipynb"), [CheckResult("a", 1, 1, "passed")]) for n in ("alice", "bob")]
-    write_reports(tmp_path, results, [Check("a", 1.0, [])])
+    write_reports(tmp_path, results, [Check("a", 1.0)])
     rows = (tmp_path / "grades.csv").read_text().splitlines()
     assert rows[1].startswith("alice,0,0,1,") and "could not be written" in rows[1] and rows[2] == "bob,1,1,1,"
 

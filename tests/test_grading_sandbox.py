@@ -5,14 +5,17 @@ submission) grades a correct and a blank submission and one submission per
 attack (see ``submissions/sandbox_attacks.py``): reading the instructor notebook, reading
 another submission, a TCP connection to a server this test opens on 127.0.0.1, writing into
 the repository and $HOME, SIGTERM to the grader, a fork bomb, a 64 GB allocation, and several
-processes that together hold more memory than allowed. Each attack fails and the submission
-scores its honest points. A run with ``--sandbox none`` grades the attacks that are harmless
-without a sandbox, and they succeed there: the attacks are real. Without a working bubblewrap
-these tests are skipped, unless GRADING_SANDBOX_REQUIRED=1 (as in CI).
+processes that together hold more memory than allowed. The grader's reading of the source refuses
+the code of most of them (exercise 2.2 scores 0), but it still runs: the sandbox must stop it, and
+the check is judged all the same ("passed" where the attack failed). A run with ``--sandbox none``
+grades the attacks that are harmless without a sandbox, and they succeed there: the attacks are
+real. Without a working bubblewrap these tests are skipped, unless GRADING_SANDBOX_REQUIRED=1 (as
+in CI).
 """
 from __future__ import annotations
 
 import csv
+import json
 import os
 import secrets
 import socket
@@ -121,14 +124,31 @@ def unsandboxed(tmp_path_factory, server, outside_files):
     return result, out, created_before, written
 
 
+def _softmax_message(out, name: str) -> str:
+    tests = json.loads((out / name / "results.json").read_text(encoding="utf-8"))["tests"]
+    return next(t["output"] for t in tests if t["name"] == "check_stable_softmax")
+
+
 @needs_bwrap
-@pytest.mark.parametrize("name", ["correct", "read_instructor", "read_other", "connect", "write_outside",
-                                  "signal_grader", "fork_bomb", "allocate_64_gb"])
-def test_each_attack_fails_and_the_submission_earns_its_honest_points(sandboxed, name):
+@pytest.mark.parametrize("name", ["correct", "allocate_64_gb"])
+def test_what_the_grader_allows_earns_its_points(sandboxed, name):
     returncode, _, stderr, out = sandboxed
     assert returncode == 0, stderr[-3000:]
     row = _rows(out)[name]
     assert (row["total"], row["notes"]) == ("12", ""), row
+
+
+@needs_bwrap
+@pytest.mark.parametrize("name", ["read_instructor", "read_other", "connect", "write_outside", "signal_grader",
+                                  "fork_bomb"])
+def test_each_attack_fails_in_the_sandbox(sandboxed, name):
+    """Refused (2.2 scores 0) but run: stopped by the sandbox, so 2.2's check itself passes."""
+    returncode, _, stderr, out = sandboxed
+    assert returncode == 0, stderr[-3000:]
+    row = _rows(out)[name]
+    assert (row["total"], row["check_stable_softmax"], row["notes"]) == ("10", "0", ""), row
+    message = _softmax_message(out, name)
+    assert "the grader refuses" in message and message.endswith("(judged without regard to that: passed)"), message
 
 
 @needs_bwrap
@@ -160,10 +180,12 @@ def test_no_sandboxed_process_outlives_the_run(sandboxed):
 
 @pytest.mark.parametrize("name", ["read_instructor", "read_other", "connect", "write_outside"])
 def test_without_the_sandbox_the_same_attacks_succeed(unsandboxed, name):
+    """The attack raises where it succeeds, so stable_softmax is never defined."""
     result, out, _, _ = unsandboxed
     assert result.returncode == 0, result.stderr[-3000:]
     row = _rows(out)[name]
     assert row["total"] == "10" and row["check_stable_softmax"] == "0", row
+    assert "(judged without regard to that: the check cell raised NameError" in _softmax_message(out, name)
 
 
 def test_without_the_sandbox_the_memory_limit_still_holds(unsandboxed):
@@ -173,18 +195,25 @@ def test_without_the_sandbox_the_memory_limit_still_holds(unsandboxed):
     assert before == [False, False] and written == [True, True]
 
 
-def test_auto_says_in_one_line_why_it_grades_without_a_sandbox(monkeypatch, capsys):
+def test_auto_warns_without_bubblewrap_and_stops_when_it_is_installed_but_fails(monkeypatch, capsys):
+    probe = sandbox.probe
     monkeypatch.setattr(sandbox.shutil, "which", lambda name: None)
-    sandbox.probe.cache_clear()
+    probe.cache_clear()
     try:
         assert sandbox.resolve("auto") is False
         err = capsys.readouterr().err
-        assert err.count("\n") == 1 and err.startswith("grading without a sandbox: bubblewrap (bwrap) is not installed")
+        assert err.count("\n") == 1 and err.startswith("WARNING: grading without a sandbox: bubblewrap (bwrap) is "
+                                                       "not installed")
         with pytest.raises(sandbox.SandboxError, match="--sandbox bwrap: bubblewrap"):
             sandbox.resolve("bwrap")
         assert sandbox.resolve("none") is False and capsys.readouterr().err == ""
+        # installed, but it cannot start (an editable install outside the bound folders, say): never a fallback
+        monkeypatch.setattr(sandbox.shutil, "which", lambda name: "/usr/bin/bwrap")
+        monkeypatch.setattr(sandbox, "probe", lambda: "bubblewrap does not work here (setting up uid map: denied)")
+        with pytest.raises(sandbox.SandboxError, match=r"--sandbox auto: bubblewrap does not work here .* --sandbox none"):
+            sandbox.resolve("auto")
     finally:
-        sandbox.probe.cache_clear()
+        probe.cache_clear()
 
 
 def test_the_sandbox_shows_python_and_the_library_but_not_the_repository():

@@ -1,11 +1,12 @@
-"""Pieces of the autograder in isolation: restoring check cells, fresh copies of the checks,
-loading and comparing records safely, the report formats, and the checks' messages, bans and
-bookkeeping. (The grading run itself: tests/test_grading_run.py.)"""
+"""Pieces of the autograder in isolation: restoring check cells, the kernel half of the checks,
+writing and reading records safely, judging them in the grader, the report formats, and the checks'
+messages, bans and bookkeeping. (The grading run itself: tests/test_grading_run.py.)"""
 from __future__ import annotations
 
 import copy
 import json
 import math
+import os
 import sys
 import types
 from pathlib import Path
@@ -17,14 +18,14 @@ import torch
 
 from repo_paths import REPO
 from submissions.helpers import run_inprocess
-from transformer_lib.grading import _checktools, checks
-from transformer_lib.grading.checks import ch01_embeddings, ch02_attention
-from transformer_lib.grading._checktools import RECORD_ENV, record
-from transformer_lib.grading.fresh import loader, use_fresh_checks
-from transformer_lib.grading.grade import CheckResult, SubmissionResult
+from transformer_lib.grading import _judging, checks
+from transformer_lib.grading._harness import RECORD_ENV, SEED_ENV, Opaque
+from transformer_lib.grading.checks import ch02_attention
+from transformer_lib.grading.judge import CheckResult, SubmissionResult, judge_calls
 from transformer_lib.grading.notebook import IMPORT_CHECKS, check_cells, grade_id, read, release
-from transformer_lib.grading.prepare import SubmissionError, load_submission, restore_checks
-from transformer_lib.grading.records import compare, load_records
+from transformer_lib.grading.prepare import (CELL_FUNCTION, JUDGING_LINE, SubmissionError, for_kernel, kernel_files,
+                                             load_submission, loader, restore_checks)
+from transformer_lib.grading.records import load_calls
 from transformer_lib.grading.report import feedback_markdown, results_json
 
 SOURCE = REPO / "exercises" / "source" / "02_building_up_attention.ipynb"
@@ -86,40 +87,84 @@ def test_unusable_files_are_refused_with_a_reason(tmp_path, content, reason):
 
 # ------------------------------------------------------------------ records
 
-def _save(folder: Path, name: str, **arrays) -> None:
-    folder.mkdir(exist_ok=True)
-    np.savez(folder / f"{name}.npz", **arrays)
+def _softmax(x, dim=-1):
+    e = (x - x.amax(dim, keepdim=True)).exp()
+    return e / e.sum(dim, keepdim=True)
 
 
-def test_records_never_unpickle(tmp_path):
-    _save(tmp_path, "00-evil", out=np.array([{"a": 1}], dtype=object))
-    _save(tmp_path, "01-fine", out=np.arange(3.0))
-    (tmp_path / "02-garbage.npz").write_bytes(b"PK not a zip")
-    assert list(load_records(tmp_path)) == ["01-fine"]
-
-
-def test_compare_uses_the_reference_tolerance(tmp_path):
-    ref = {"00-x": {"out": np.array([1.0, 2.0]), "__tolerance__": np.array([1e-3, 0.0])}}
-    near = {"00-x": {"out": np.array([1.0015, 2.0]), "__tolerance__": np.array([1.0, 1.0])}}
-    far = {"00-x": {"out": np.array([1.01, 2.0]), "__tolerance__": np.array([1.0, 1.0])}}
-    assert compare(near, ref) is None
-    assert "values differ" in compare(far, ref)
-    assert "missing" in compare({}, ref)
-    assert "shape" in compare({"00-x": {"out": np.zeros(3)}}, ref)
-
-
-def test_checks_record_only_when_the_grader_asks(tmp_path, monkeypatch):
-    monkeypatch.delenv(RECORD_ENV, raising=False)
-    record("x", {"out": [1.0]})
+def _recorded(tmp_path, monkeypatch, fn=_softmax, **kwargs):
     monkeypatch.setenv(RECORD_ENV, str(tmp_path))
-    checks.check_score_std(lambda d: math.sqrt(d))
-    loaded = load_records(tmp_path)
-    assert list(loaded) == ["00-score_std"] and float(loaded["00-score_std"]["d_k=256"]) == 16.0
+    checks.check_stable_softmax(fn, **kwargs)
+    return load_calls(tmp_path)
+
+
+def test_checks_record_only_when_the_grader_asks_and_then_judge_nothing(tmp_path, monkeypatch, capsys):
+    monkeypatch.delenv(RECORD_ENV, raising=False)
+    with pytest.raises(AssertionError):
+        checks.check_stable_softmax(lambda x, dim=-1: x)  # judged here while a student works
+    (call,) = _recorded(tmp_path, monkeypatch, fn=lambda x, dim=-1: x)  # under grading: recorded, no verdict
+    assert capsys.readouterr().out.count("✓") == 0
+    assert call.check == "stable_softmax" and call.hidden == 0 and len(call.cases) == len(call.outs) == 1
+    assert torch.equal(call.outs[0]["out"], call.cases[0]["x"]) and call.outs[0]["out"].dtype == torch.float32
+
+
+def test_records_keep_dtypes_and_shapes_and_never_unpickle(tmp_path, monkeypatch):
+    (call,) = _recorded(tmp_path, monkeypatch, hidden=1)
+    assert [c["x"].dtype for c in call.cases] == [torch.float32, torch.float64] and call.hidden == 1
+    assert all(torch.allclose(o["out"].double(), torch.softmax(c["x"].double(), c["dim"]), atol=1e-6)
+               for c, o in zip(call.cases, call.outs))
+    np.savez(tmp_path / "900-evil.npz", __meta__=np.array([{"a": 1}], dtype=object))
+    (tmp_path / "901-garbage.npz").write_bytes(b"PK not a zip")
+    np.savez(tmp_path / "902-bad-ref.npz", __meta__=np.frombuffer(json.dumps(
+        {"check": "x", "hidden": 0, "cases": [{"$tensor": "a9", "dtype": "float64"}], "outs": [{}]}).encode(), np.uint8))
+    os.symlink(tmp_path / "000-stable_softmax.npz", tmp_path / "903-link.npz")
+    assert [c.check for c in load_calls(tmp_path)] == ["stable_softmax"]
+
+
+def test_what_the_student_returns_is_recorded_as_data_never_as_live_objects(tmp_path, monkeypatch):
+    class Sneaky(torch.Tensor):
+        pass
+    monkeypatch.setenv(RECORD_ENV, str(tmp_path))
+    checks.check_score_range(lambda d: (lambda: 1, torch.zeros(1).as_subclass(Sneaky)))
+    (call,) = load_calls(tmp_path)
+    low, high = call.outs[0]["value"]
+    assert low == Opaque("an object") and type(high) is torch.Tensor
+
+
+def test_the_judge_uses_the_instructor_s_inputs_not_the_submission_s(tmp_path, monkeypatch):
+    """A kernel that records other inputs (here: ones it knows the answers to) is judged on the
+    instructor's: its outcomes fail."""
+    monkeypatch.setenv(SEED_ENV, "7")
+    reference = _recorded(tmp_path / "ref", monkeypatch, hidden=1) if (tmp_path / "ref").mkdir() is None else None
+    monkeypatch.setenv(SEED_ENV, "8")
+    theirs = _recorded(tmp_path / "sub", monkeypatch, hidden=1) if (tmp_path / "sub").mkdir() is None else None
+    assert judge_calls(theirs, theirs, compare=False) is None  # right on the inputs it chose
+    failure = judge_calls(theirs, reference)
+    assert failure.startswith("a hidden test (other inputs) fails") and not any(ch.isdigit() for ch in failure)
+    assert judge_calls(reference, reference) is None
+
+
+def test_hidden_inputs_change_with_the_grading_run_s_seed(tmp_path, monkeypatch):
+    seen = []
+    for seed in ("1", "2", "1"):
+        monkeypatch.setenv(SEED_ENV, seed)
+        folder = tmp_path / f"{seed}-{len(seen)}"
+        folder.mkdir()
+        seen.append(_recorded(folder, monkeypatch, hidden=1)[0].cases[0]["x"])
+    assert torch.equal(seen[0], seen[2]) and seen[0].shape != seen[1].shape or not torch.equal(seen[0], seen[1])
+
+
+def test_a_hidden_test_s_message_shows_neither_inputs_nor_values():
+    message = "score_std(64): that is the variance Var(qᵀk) = d_k\n  expected: 8.0\n  got:      64.0"
+    shown = _judging.render(message, hidden=True)
+    assert shown == "a hidden test (other inputs) fails: score_std(#): that is the variance Var(qᵀk) = d_k"
+    assert _judging.render(message, hidden=False) == message
 
 
 # ------------------------------------------------------------------ checks
 
 def test_library_softmax_is_refused_however_it_is_reached_and_only_during_the_check():
+    """(The grader also refuses these names in the source: tests/test_grading_rules.py.)"""
     aliased = torch.softmax
     for fn in (lambda x, dim=-1: aliased(x, dim), lambda x, dim=-1: torch.nn.Softmax(dim)(x),
                lambda x, dim=-1: x.log_softmax(dim).exp()):
@@ -169,47 +214,59 @@ def test_lenient_reading_of_a_hand_edited_notebook(tmp_path):
     assert len({c.id for c in prepared.cells}) == len(prepared.cells)
 
 
-# ------------------------------------------------------------------ fresh copies of the checks
+# ------------------------------------------------------------------ the kernel half of the checks
 
-def test_a_fresh_copy_of_the_checks_ignores_earlier_patches(monkeypatch):
-    monkeypatch.setattr(checks, "check_score_std", lambda fn, *a, **k: None)
-    monkeypatch.setattr(_checktools, "close", lambda *a, **k: True)
-    monkeypatch.setitem(sys.modules, "transformer_lib.grading.checks", types.ModuleType("fake"))
+def _kernel_checks(name: str, names: set[str] | None = None):
     namespace: dict = {}
-    exec(loader("_grading_test_fresh"), namespace)  # noqa: S102 - what a check cell runs
-    assert namespace["checks"] is not checks and "_grading_test_fresh" not in sys.modules
-    with pytest.raises(AssertionError, match=r"score_std\(256\) is not right"):
-        namespace["checks"].check_score_std(lambda d: 0.0)
+    exec(loader(name, names=names), namespace)  # noqa: S102 - what a check cell runs
+    return namespace["checks"]
 
 
-def test_check_cells_load_fresh_checks_and_still_pass_on_the_solutions():
-    instructor = read(SOURCE)
-    prepared = use_fresh_checks(instructor)
+def test_the_kernel_half_holds_no_judge_and_ignores_earlier_patches(monkeypatch):
+    monkeypatch.setattr(checks, "check_score_std", lambda fn, *a, **k: None)
+    monkeypatch.setitem(sys.modules, "transformer_lib.grading.checks", types.ModuleType("fake"))
+    loaded = _kernel_checks("_grading_test_kernel")
+    assert loaded is not checks and "_grading_test_kernel" not in sys.modules
+    modules = [m for m in vars(loaded).values() if isinstance(m, types.ModuleType) and "_grading_test_kernel" in m.__name__]
+    assert modules, "no chapter module loaded"
+    for module in modules:  # nothing of the judging half: no judge, no comparison, no reference
+        assert not {"judge", "fail", "close", "JUDGES", "F"} & set(vars(module)), module.__name__
+        public = [n for n in vars(module) if not n.startswith("_") and callable(vars(module)[n])
+                  and getattr(vars(module)[n], "__module__", "") == module.__name__]
+        assert all(n.startswith("check_") for n in public), (module.__name__, public)
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "transformer_lib" / "grading" / "checks").glob("ch*.py")),
+                         ids=lambda p: p.stem)
+def test_each_chapter_module_has_one_judging_line_and_judges_every_check(path):
+    text = path.read_text(encoding="utf-8")
+    assert [ln for ln in text.splitlines() if ln.startswith(JUDGING_LINE)] != [] and text.count(JUDGING_LINE) == 1
+    kernel = text.split(JUDGING_LINE)[0]
+    assert "_judging" not in kernel and "_checktools" not in text
+    for name in __import__("re").findall(r"^def check_(\w+)\(", kernel, __import__("re").M):
+        assert name in _judging.JUDGES, f"{path.stem}: check_{name} has no judge named {name!r}"
+
+
+def test_a_check_cell_runs_as_a_function_and_leaves_nothing_behind(tmp_path, monkeypatch):
+    prepared = for_kernel(read(SOURCE))
     for _, cell in check_cells(prepared):
-        assert IMPORT_CHECKS not in cell.source and "_grading_fresh_checks(" in cell.source
-    assert [c.source for c in prepared.cells if not grade_id(c) or not grade_id(c).startswith("check_")] == \
-           [c.source for c in instructor.cells if not grade_id(c) or not grade_id(c).startswith("check_")]
-    assert set(run_inprocess(prepared).values()) == {None}
+        assert IMPORT_CHECKS not in cell.source and cell.source.startswith(f"def {CELL_FUNCTION}():")
+    monkeypatch.setenv(RECORD_ENV, str(tmp_path))
+    namespace: dict = {"__name__": "__main__"}
+    for cell in prepared.cells:
+        if cell.cell_type == "code":
+            exec(compile(cell.source, "<cell>", "exec"), namespace)  # noqa: S102
+    assert "checks" not in namespace and CELL_FUNCTION not in namespace
+    assert len(load_calls(tmp_path)) == sum(c.source.count("checks.check_") for _, c in check_cells(read(SOURCE)))
 
 
 def test_a_check_cell_loads_only_the_chapters_whose_checks_the_notebook_calls():
-    from transformer_lib.grading.fresh import files
-
-    assert files({"check_stable_softmax", "check_attention"}) == ("_checktools", "checks.ch02_attention", "checks")
-    assert len(files({"check_stable_softmax", "check_no_such_thing"})) == len(files())  # unknown: all of them
-    namespace: dict = {}
-    exec(loader("_grading_test_fresh_ch02", names={"check_stable_softmax"}), namespace)  # noqa: S102
-    loaded = namespace["checks"]
+    assert kernel_files({"check_stable_softmax", "check_attention"}) == ("_harness", "checks.ch02_attention", "checks")
+    assert len(kernel_files({"check_stable_softmax", "check_no_such_thing"})) == len(kernel_files())
+    loaded = _kernel_checks("_grading_test_kernel_ch02", names={"check_stable_softmax"})
     assert loaded.check_stable_softmax.__module__.endswith("checks.ch02_attention")
-    assert hasattr(loaded, "CheckFailed")
     assert not [n for n in dir(checks) if n.startswith("check_") and n not in dir(ch02_attention)
                 and hasattr(loaded, n)]
-
-
-def test_no_module_level_helper_computes_an_answer():
-    for module, name in [(ch02_attention, "_hand"), (ch01_embeddings, "_nw_reference"),
-                         (ch02_attention, "_weights"), (ch02_attention, "_score_variance")]:
-        assert not hasattr(module, name), f"{module.__name__}.{name}"
 
 
 def test_hand_checks_name_the_wrong_entries_not_the_expected_values():
@@ -231,3 +288,17 @@ def test_switching_off_the_library_watch_is_noticed():
     with pytest.raises(AssertionError, match="sys.setprofile"):
         checks.check_stable_softmax(sneaky)
     assert sys.getprofile() is None
+
+
+def test_a_banned_call_in_another_thread_is_noticed():
+    import threading
+
+    def threaded(x, dim=-1):
+        out = []
+        thread = threading.Thread(target=lambda: out.append(torch.softmax(x, dim)))
+        thread.start()
+        thread.join()
+        return out[0]
+    with pytest.raises(AssertionError, match="another thread"):
+        checks.check_stable_softmax(threaded)
+    assert threading.getprofile() is None if hasattr(threading, "getprofile") else True

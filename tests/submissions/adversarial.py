@@ -70,7 +70,8 @@ sys.modules["transformer_lib.grading.checks"] = _package.checks = _fake
 '''
 
 # Exfiltration of the hidden tests through the feedback: the check cell's source (_ih[-1]),
-# plain, reversed, base64-encoded, or as the name of an exception class.
+# plain, reversed, base64-encoded, or as the name of an exception class. (Hidden tests now hold no
+# inputs, which are drawn at grade time; the messages must still carry no text of the kernel's.)
 EXFILTRATE = {
     "stable_softmax": "raise AssertionError('\\n'.join(_ih[-1:]))",
     "variance_questions#0": "raise AssertionError(_ih[-1][::-1])",
@@ -162,16 +163,17 @@ def build(folder: Path, pid_file: Path) -> dict[str, tuple[float, str | None]]:
         "print_million_lines": (_prepend_to(correct, "stable_softmax",
                                             'print("\\n".join(str(i) for i in range(10**6)))'), 12, "was cut"),
         "warnings": (_prepend_to(correct, "attention",
-                                 "import sys, warnings\nwarnings.warn('a harmless warning')\n"
-                                 "print('to stderr', file=sys.stderr)"), 12, None),
+                                 "import warnings\nwarnings.warn('a harmless warning')"), 12, None),
         "hard_coded": (as_handed_in(substitute(source, WRONG["02_building_up_attention"][
             "score std hard-coded to the visible answer"][0])), 11, None),
         "exfiltrate_hidden_tests": (as_handed_in(substitute(source, EXFILTRATE)), 7, None),
         "monkeypatch_checks": (_insert_after(wrong, "setup", PATCH_ATTRIBUTES), 0, None),
         "monkeypatch_sys_modules": (_insert_after(wrong, "setup", PATCH_SYS_MODULES), 0, None),
+        # Both need os, open or subprocess, which the grader refuses: before the first exercise, that costs
+        # every exercise. They still run, and the run must survive them (the messages say "passed").
         "forged_events": (_insert_after(correct, "setup", forge_events(1 + _index(correct, "check_attention"))),
-                          12, None),
-        "daemons": (_insert_after(correct, "setup", daemons(pid_file)), 12, None),
+                          0, None),
+        "daemons": (_insert_after(correct, "setup", daemons(pid_file)), 0, None),
     }
     naive = as_handed_in(substitute(source, WRONG["02_building_up_attention"]["naive softmax that overflows"][0]))
     for cell in naive.cells:

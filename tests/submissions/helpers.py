@@ -8,10 +8,16 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
+import os
+import tempfile
 import textwrap
+from pathlib import Path
 
+from transformer_lib.grading._harness import RECORD_ENV
 from transformer_lib.grading.notebook import (BEGIN_SOLUTION, END_SOLUTION, grade_id, is_check,
                                               regions, strip_hidden)
+from transformer_lib.grading.prepare import for_kernel
+from transformer_lib.grading.records import load_calls
 
 
 def substitute(nb, edits: dict[str, str]):
@@ -54,3 +60,26 @@ def run_inprocess(nb) -> dict[str, str | None]:
         if is_check(cell):
             results[grade_id(cell)] = error
     return results
+
+
+def records_of(nb) -> dict:
+    """``{check grade_id: recorded calls}`` of ``nb``'s check cells, executed here in record mode (as a
+    fake runner would report them; the grader itself runs notebooks in a separate kernel)."""
+    folder, before = Path(tempfile.mkdtemp()), os.environ.get(RECORD_ENV)
+    os.environ[RECORD_ENV] = str(folder)
+    found = {}
+    try:
+        namespace: dict = {"__name__": "__main__"}
+        for i, cell in enumerate(for_kernel(nb).cells):
+            if cell.cell_type != "code":
+                continue
+            with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(Exception):
+                exec(compile(cell.source, f"<cell {i}>", "exec"), namespace)  # noqa: S102
+            if is_check(cell):
+                (folder / grade_id(cell)).mkdir()
+                for f in folder.glob("*.npz"):
+                    f.rename(folder / grade_id(cell) / f.name)
+                found[grade_id(cell)] = load_calls(folder / grade_id(cell))
+    finally:
+        os.environ.pop(RECORD_ENV) if before is None else os.environ.__setitem__(RECORD_ENV, before)
+    return found

@@ -1,9 +1,10 @@
 """Chapter 2 submissions that attack the machine the grader runs on, for the sandbox tests.
 
 Each attack is prepended to the solution cell of exercise 2.2 of a correct submission and, if
-it succeeds, raises there, so ``stable_softmax`` stays undefined and its check (2 points) fails.
-Stopped, it costs nothing: the submission earns its honest 12 points. The same submission thus
-scores 10 where the attack works (as without a sandbox) and 12 where it is stopped.
+it succeeds, raises there, so ``stable_softmax`` stays undefined and its check fails. The grader
+refuses the code of most attacks (os, open, sockets, …), so 2.2 scores 0 either way, but it still
+runs it and judges the check all the same: the message ends "(judged without regard to that:
+passed)" where the attack was stopped, and names the NameError where it worked.
 ``memory_hog`` instead holds more memory than allowed, in several processes, before exercise
 2.3: the grader stops it and it keeps the 6 points of the checks before.
 """

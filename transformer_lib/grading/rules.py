@@ -22,9 +22,10 @@ that no check can be escaped from inside it, the grader parses every code cell t
 - shell commands and IPython magics other than ``%time``/``%timeit``/``%matplotlib``, and format
   strings that read attributes (``"{0.__class__}".format(x)``).
 
-A refused construct costs its exercise, and every exercise after it, their points (code in a
-cell can serve any cell run after it); one before the first exercise costs them all. The
-runtime watches of :mod:`~transformer_lib.grading._harness` stay, as a second layer.
+A refused construct costs its exercise its points (one before the first exercise costs every
+exercise), and so does, in any exercise, a cell that uses a name defined by a refused cell, or by
+a cell that did so (a helper written in one exercise serves another). The runtime watches of
+:mod:`~transformer_lib.grading._harness` stay, as a second layer.
 """
 from __future__ import annotations
 
@@ -269,23 +270,59 @@ def exercises(instructor, bans_of: dict[str, tuple[str, ...]]) -> list[Exercise]
     return found
 
 
+def defined_names(source: str) -> set[str]:
+    """Names a cell binds (assignments, ``def``, ``class``, imports, loop targets); empty if it
+    does not parse (IPython magics are dropped first)."""
+    try:
+        tree = ast.parse(_split_magics(source)[0])
+    except SyntaxError:
+        return set()
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            names.add(node.id)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, ast.alias):
+            names.add((node.asname or node.name).split(".")[0])
+    return names
+
+
+def used_names(source: str) -> set[str]:
+    """Names a cell reads (in its code and in its ``%time`` lines)."""
+    code, _, timed = _split_magics(source)
+    names: set[str] = set()
+    for text in [code, *(t for _, t in timed)]:
+        try:
+            names |= {n.id for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        except SyntaxError:
+            continue
+    return names
+
+
 def refusals(submission, instructor, bans_of: dict[str, tuple[str, ...]]) -> dict[str, list[Refusal]]:  # noqa: ANN001
     """Per check grade id, the refused constructs that cost it its points (see the module's text):
     every code cell of ``submission`` that is not a check cell is read with its exercise's bans."""
-    from .notebook import grade_id, is_check
+    from .notebook import IMPORT_CHECKS, grade_id, is_check  # the given line: only check cells run it
 
     exs = exercises(instructor, bans_of)
     owner = {key: i for i, ex in enumerate(exs) for key in ex.ids}
     cost: dict[str, list[Refusal]] = {gid: [] for ex in exs for gid in ex.checks}
-    current = 0
+    current, started, tainted = 0, False, {}  # tainted: name -> the refusal behind it
     for index, cell in enumerate(submission.cells):
         keys = [k for k in (grade_id(cell), cell.get("id")) if k in owner]
-        current = max([current] + [owner[k] for k in keys])
+        if keys:
+            current, started = max([current] + [owner[k] for k in keys]), True
         if cell.cell_type != "code" or is_check(cell) or not exs:
             continue
-        for line, code, reason in read_cell(cell.source, exs[current].bans):
-            refusal = Refusal(index, line, code, reason)
-            for ex in exs[current:]:
-                for gid in ex.checks:
-                    cost[gid].append(refusal)
+        source = "\n".join("" if line.strip() == IMPORT_CHECKS else line for line in cell.source.splitlines())
+        found = [Refusal(index, line, code, reason) for line, code, reason in read_cell(source, exs[current].bans)]
+        found += [Refusal(index, 0, name, f"uses {name}, defined by code the grader refuses ({tainted[name]})")
+                  for name in sorted(used_names(cell.source) & set(tainted))][:1]
+        if not found:
+            continue
+        tainted.update({name: f"cell {found[0].cell + 1}" for name in defined_names(cell.source)})
+        for ex in (exs[current:current + 1] if started else exs):
+            for gid in ex.checks:
+                cost[gid] += found
     return cost

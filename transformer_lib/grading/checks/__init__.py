@@ -1,17 +1,20 @@
 """The check functions the exercise notebooks call: one module per chapter.
 
 ``from transformer_lib.grading import checks`` then ``checks.check_stable_softmax(f)``. The
-checks of chapter N live in ``chNN_<topic>.py`` beside this file; their shared helpers
-(conversion, comparison, messages, records, the library ban) in ``grading/_checktools.py``.
+checks of chapter N live in ``chNN_<topic>.py`` beside this file, each module in two halves:
 
-Each ``check_*`` function runs the student's function (or takes the student's values),
-computes its own reference, inside the function, from first principles or from ``torch``,
-compares with explicit tolerances and, on failure, raises an ``AssertionError``
-(:class:`~transformer_lib.grading._checktools.CheckFailed`) naming the likely misconception.
-Checks on inputs the student may not know show expected vs actual; checks of answers worked out
-by hand name the wrong entries and the student's values, not the expected ones. On success a
-check prints one ``✓`` line. Called with no inputs it uses the visible example; the hidden tests
-of the instructor notebooks pass other inputs.
+- above its line ``# ==== judging``, what runs in the student's kernel: each ``check_*`` function
+  builds its inputs (the visible example, or with ``hidden=1`` inputs drawn from the grading run's
+  seed), calls the student's function under a watch and hands what came back to
+  :func:`~transformer_lib.grading._harness.run_check`; nothing there compares or knows an answer;
+- below it, the judges (:func:`~transformer_lib.grading._judging.judge`): each computes its own
+  reference from the inputs, from first principles or from ``torch``, compares with explicit
+  tolerances and raises an ``AssertionError`` naming the likely misconception.
+
+While a student works, a check judges at once and prints one ``✓`` line or raises. Under grading
+the kernel loads only the upper halves and records; the grader judges
+(:mod:`~transformer_lib.grading.judge`). Shared helpers: ``grading/_harness.py`` (kernel side)
+and ``grading/_judging.py`` (judges).
 """
 from .._harness import CheckFailed
 from .ch01_embeddings import *  # noqa: F403

@@ -1,0 +1,129 @@
+"""Submissions that try to earn points without the work, one per technique a student who writes Python
+has used against checks that ran inside the kernel (issue: grading a student cannot beat).
+
+Each is a correct submission in which one exercise's solution is replaced by the attack. Graded through
+the command line, it must score 0 on the checks it attacks (``ATTACKS[stem][name][1]``) and exactly
+the honest points elsewhere. The attacks are written against the checks as they were (the expected value
+in the check's frame, the watch in the calling thread only, labels on the objects handed in): they must
+fail whatever the checks look like now.
+"""
+from __future__ import annotations
+
+# Walk up the frames of the check that called us and return the first expected value found there.
+CLIMB = '''
+import sys
+frame = sys._getframe(1)
+while frame is not None:
+    for name in ("expected", "out_ref", "w_ref", "ref"):
+        if name in frame.f_locals:
+            return frame.f_locals[name]
+    frame = frame.f_back
+raise RuntimeError("nothing to climb to")
+'''
+
+ATTACKS: dict[str, dict[str, tuple[dict[str, str], set[str]]]] = {
+    "03_the_transformer_block": {
+        "climb the stack": ({"layer_norm": CLIMB}, {"check_layer_norm"}),
+        "banned call in a thread": ({"layer_norm": """
+            from concurrent.futures import ThreadPoolExecutor
+            with ThreadPoolExecutor(1) as pool:
+                return pool.submit(torch.layer_norm, x, (x.shape[-1],), gamma, beta, eps).result()
+            """}, {"check_layer_norm"}),
+        "switch the watch off": ({"layer_norm": """
+            import sys
+            sys.setprofile(None)
+            with torch._C.DisableTorchFunction():
+                return torch.layer_norm(x, (x.shape[-1],), gamma, beta, eps)
+            """}, {"check_layer_norm"}),
+        "torch.ops": ({"layer_norm": """
+            return torch.ops.aten.layer_norm(x, [x.shape[-1]], gamma, beta, eps)
+            """}, {"check_layer_norm"}),
+    },
+    "04_the_residual_stream": {
+        "climb the stack": ({"pre_norm_block": CLIMB}, {"check_pre_norm_block"}),
+    },
+    "05_multi_head_attention": {
+        "the library's split in a thread": ({"split_merge": """
+            import threading
+            from transformer_lib.multihead import split_heads as library_split, merge_heads as library_merge
+
+            def split_heads(x, n_heads):
+                out = []
+                thread = threading.Thread(target=lambda: out.append(library_split(x, n_heads)))
+                thread.start()
+                thread.join()
+                return out[0]
+
+            def merge_heads(x):
+                return library_merge(x)
+            """}, {"check_split_heads", "check_merge_heads"}),
+    },
+    "06_positional_information": {
+        "read the encoder's name from its closure": ({"relative_test": """
+            names = [str(c.cell_contents) for c in (encode.__closure__ or ())]
+            return any("rope" in n for n in names)
+            """}, {"check_relative_test"}),
+    },
+    "07_causal_masking": {
+        "read the leak off the model": ({"leakage_test": """
+            return any(ahead > 0 for ahead in getattr(model, "ahead", [0]))
+            """}, {"check_leakage_test"}),
+        "forgive every failure": ({"leakage_test": """
+            import ast
+
+            class Forgive(ast.NodeTransformer):
+                def visit_Module(self, node):
+                    node.body = [ast.Try(body=node.body, handlers=[ast.ExceptHandler(body=[ast.Pass()])],
+                                         orelse=[], finalbody=[])]
+                    return ast.fix_missing_locations(node)
+
+            get_ipython().ast_transformers.append(Forgive())
+            return False
+            """}, {"check_leakage_test"}),
+    },
+    "08_mixture_of_experts": {
+        "the uncounted back door": ({"moe_forward": """
+            probs = torch.softmax(x @ W_g, dim=-1)
+            top, idx = probs.topk(k, dim=-1)
+            weights = top / top.sum(-1, keepdim=True)
+            y = torch.zeros_like(x)
+            for e, expert in enumerate(experts):
+                out = expert._uncounted(x)  # every expert on every token, uncounted
+                y += (weights * (idx == e)).sum(-1, keepdim=True) * out
+            return y
+            """}, {"check_moe_forward"}),
+        "rewrite the call log": ({"moe_forward": """
+            probs = torch.softmax(x @ W_g, dim=-1)
+            top, idx = probs.topk(k, dim=-1)
+            weights = top / top.sum(-1, keepdim=True)
+            y = torch.zeros_like(x)
+            for e, expert in enumerate(experts):
+                out = expert(x)  # every expert on every token
+                y += (weights * (idx == e)).sum(-1, keepdim=True) * out
+                expert.calls[:] = [int((idx == e).sum())]
+            return y
+            """}, {"check_moe_forward"}),
+    },
+    "09_parameter_and_flop_counting": {
+        "read the instructor notebook": ({"param_count": """
+            import glob, json
+            for path in glob.glob("/proc/*/cmdline"):
+                for arg in open(path, "rb").read().decode(errors="replace").split("\\0"):
+                    if arg.endswith(".ipynb"):
+                        exec(json.load(open(arg))["cells"][3]["source"])
+            return param_count(cfg)
+            """}, {"check_param_count"}),
+    },
+    "appendix_beyond_words": {
+        "the quadratic form in a thread": ({"linear_attention": """
+            from concurrent.futures import ThreadPoolExecutor
+
+            def quadratic():
+                phi_q, phi_k = F.elu(Q) + 1, F.elu(K) + 1
+                kernel = phi_q @ phi_k.transpose(-2, -1)
+                return (kernel / kernel.sum(-1, keepdim=True)) @ V
+            with ThreadPoolExecutor(1) as pool:
+                return pool.submit(quadratic).result()
+            """}, {"check_linear_attention"}),
+    },
+}

@@ -1,0 +1,141 @@
+"""The grader's reading of a submission's source (transformer_lib.grading.rules): each construct that
+escapes the checks is refused, naming the line; ordinary exercise code is not; a refusal costs its
+exercise, and the exercises whose code uses what the refused cell defined, their points."""
+from __future__ import annotations
+
+import copy
+
+import nbformat
+import pytest
+
+from repo_paths import REPO
+from transformer_lib.grading.grade import bans
+from transformer_lib.grading.notebook import grade_id, read, release
+from transformer_lib.grading.prepare import restore_checks
+from transformer_lib.grading.rules import exercises, read_cell, refusals
+
+SOURCES = sorted((REPO / "exercises" / "source").glob("*.ipynb"))
+
+REFUSED = {  # one construct per technique a student used to beat the checks from inside the kernel
+    "climb the stack": "import sys\nexpected = sys._getframe(1).f_locals['expected']",
+    "the frame of a traceback": "try:\n    1 / 0\nexcept Exception as e:\n    f = e.__traceback__.tb_frame.f_back",
+    "a generator's frame": "g = (i for i in [1])\nf = g.gi_frame",
+    "a thread": "import threading",
+    "a thread pool": "from concurrent.futures import ThreadPoolExecutor",
+    "a thread, low level": "import _thread",
+    "a process": "import multiprocessing",
+    "a subprocess": "import subprocess",
+    "a fork": "import os\nos.fork()",
+    "a shell command": "!ls /",
+    "a shell command into a name": "files = !ls",
+    "a cell magic": "%%bash\nls",
+    "switch the profile watch off": "import sys\nsys.setprofile(None)",
+    "torch's switch for function modes": "import torch\nwith torch._C.DisableTorchFunction():\n    pass",
+    "torch.ops": "import torch\ny = torch.ops.aten.layer_norm(x, [4])",
+    "a wrapper's closure": "original = wrapped.__closure__[0].cell_contents",
+    "a function's globals": "g = f.__globals__",
+    "a function's code": "c = f.__code__",
+    "the garbage collector": "import gc\nobjs = gc.get_objects()",
+    "inspect": "import inspect",
+    "ctypes": "import ctypes",
+    "IPython's hooks": "get_ipython().ast_transformers.append(object())",
+    "IPython itself": "from IPython import get_ipython",
+    "exec": "exec('x = 1')",
+    "eval": "y = eval('1 + 1')",
+    "compile": "c = compile('1', 'f', 'eval')",
+    "__import__": "m = __import__('os')",
+    "importlib": "import importlib",
+    "getattr with a computed name": "name = 'cal' + 'ls'\nc = getattr(expert, name)",
+    "getattr of a private name": "c = getattr(expert, '_uncounted')",
+    "a private attribute": "y = expert._uncounted(x)",
+    "a double-underscore attribute": "k = type(x).__subclasses__()",
+    "globals()": "g = globals()",
+    "vars()": "v = vars(model)",
+    "open": "text = open('/proc/1/cmdline').read()",
+    "numpy's file reading": "import numpy as np\na = np.loadtxt('x')",
+    "torch.load": "import torch\nm = torch.load('x')",
+    "the course library": "from transformer_lib.positional import apply_rope",
+    "the grading package": "from transformer_lib.grading import checks",
+    "a format string that reads attributes": "s = '{0.__class__}'.format(x)",
+    "format on a computed string": "s = template.format(x)",
+    "a metaclass": "class A(metaclass=M):\n    pass",
+    "__torch_function__": "class T:\n    def __torch_function__(self, *a):\n        pass",
+    "torch.jit": "import torch\nf = torch.jit.script(g)",
+    "a %time line with eval": "%time y = eval('1')",
+    "a relative import": "from . import x",
+    "import *": "from math import *",
+}
+
+ALLOWED = {
+    "numeric code": "import math\nimport torch\nimport torch.nn.functional as F\nimport numpy as np\n"
+                    "y = F.relu(torch.tensor([1.0]))\nz = np.sqrt(2.0) * math.pi",
+    "a class with self's private state": "class M(torch.nn.Module):\n    def __init__(self):\n"
+                                         "        super().__init__()\n        self._cache = {}\n",
+    "getattr with a literal": "w = getattr(layer, 'weight')",
+    "a plot": "import matplotlib.pyplot as plt\nplt.plot([1, 2])\nplt.show()",
+    "a format literal": "s = '{:.3f}'.format(1.0)",
+    "a timing magic": "%timeit f(x)",
+    "a function's name": "n = f.__name__",
+}
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_each_escape_is_refused_naming_its_line(name):
+    found = read_cell(REFUSED[name])
+    assert found, f"{name}: not refused"
+    lines = REFUSED[name].splitlines()
+    for line, code, reason in found:
+        assert 1 <= line <= len(lines) and code == lines[line - 1].strip()[:80] and reason
+
+
+@pytest.mark.parametrize("name", ALLOWED)
+def test_ordinary_code_is_not_refused(name):
+    assert read_cell(ALLOWED[name]) == []
+
+
+def test_an_exercise_s_own_bans_are_refused_however_named():
+    for code in ("y = F.layer_norm(x, (4,))", "from torch.nn.functional import layer_norm", "n = nn.LayerNorm(4)",
+                 "y = x.layer_norm((4,))"):
+        assert read_cell(code, ("layer_norm",)), code
+    assert read_cell("def layer_norm(x):\n    return x", ("layer_norm",)) == []  # the student's own function
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=[p.stem[:12] for p in SOURCES])
+def test_the_instructor_and_student_notebooks_use_nothing_the_grader_refuses(path):
+    instructor = read(path)
+    for nb in (restore_checks(instructor, instructor)[0], restore_checks(release(instructor), instructor)[0]):
+        assert {g: [str(r) for r in v] for g, v in refusals(nb, instructor, bans()).items() if v} == {}
+
+
+def test_every_exercise_has_checks_and_the_bans_of_its_judges():
+    instructor = read(REPO / "exercises" / "source" / "03_the_transformer_block.ipynb")
+    found = exercises(instructor, bans())
+    assert [ex.title for ex in found] == ["3.1", "3.2", "3.3"] and all(ex.checks for ex in found)
+    assert "layer_norm" in found[0].bans
+
+
+def _with_cell_after(nb, gid: str, source: str):
+    nb = copy.deepcopy(nb)
+    index = next(i for i, c in enumerate(nb.cells) if grade_id(c) == gid)
+    nb.cells.insert(index + 1, nbformat.v4.new_code_cell(source))
+    return nb
+
+
+def test_a_refusal_costs_its_exercise_and_where_its_names_are_used():
+    instructor = read(REPO / "exercises" / "source" / "02_building_up_attention.ipynb")
+    exs = exercises(instructor, bans())
+    by_title = {ex.title: ex.checks for ex in exs}
+    solved = restore_checks(instructor, instructor)[0]
+    # a refused helper in 2.2's part of the notebook: it costs 2.2 only
+    nb = _with_cell_after(solved, "stable_softmax", "import sys\ndef helper():\n    return sys.maxsize")
+    costs = {g for g, v in refusals(nb, instructor, bans()).items() if v}
+    assert costs == set(by_title["2.2"])
+    # ... until 2.4's code uses it: then 2.4 loses its points too
+    nb = _with_cell_after(nb, "variance_questions", "limit = helper()")
+    costs = {g: v for g, v in refusals(nb, instructor, bans()).items() if v}
+    assert set(costs) == set(by_title["2.2"]) | set(by_title["2.4"])
+    assert "uses helper" in str(costs[by_title["2.4"][0]][0])
+    # a refusal before the first exercise costs every exercise
+    nb = copy.deepcopy(solved)
+    nb.cells.insert(1, nbformat.v4.new_code_cell("import threading"))
+    assert all(refusals(nb, instructor, bans()).values())
