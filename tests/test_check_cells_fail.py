@@ -96,6 +96,11 @@ BROKEN = {
     "3 hull: the linear span instead of the affine hull": (
         CH3, [("def distance_to_affine_hull", [("(rows[1:] - rows[0]).T", "rows[1:].T")])],
         "assert dist_attn < 1e-10"),
+    "3 hull: the MLP's GELU removed": (
+        CH3, [("def distance_to_affine_hull", [('mlp_h = MLP(d_h, activation="gelu").double()',
+                                                'mlp_h = MLP(d_h, activation="gelu").double(); '
+                                                "mlp_h.forward = lambda Y: mlp_h.fc2(mlp_h.fc1(Y))")])],
+        "assert dist_mlp > 0.01"),
     "3 MLP: the output bias dropped": (
         CH3, [("def mlp_scratch", [("return H @ W2 + b2", "return H @ W2")])],
         "torch.testing.assert_close(ours, lib(Y_m)"),
@@ -108,9 +113,14 @@ BROKEN = {
         "assert collapse_err < 1e-6"),
     "3 collapse: W_V* multiplied in the wrong order": (
         CH3, [("n_c, d_c = 5, 4", [("W_V1 @ W_V2\n", "W_V2 @ W_V1\n")])], "assert collapse_err < 1e-6"),
-    "3 collapse: the MLP left out between the layers": (
-        CH3, [("n_c, d_c = 5, 4", [("mlp_c(value_layer(A1, W_V1, Y))", "value_layer(A1, W_V1, Y)")])],
-        "assert mlp_gap > 0.1"),
+    "3 collapse: the MLP's ReLU removed": (
+        CH3, [("n_c, d_c = 5, 4", [('mlp_c = MLP(d_c, activation="relu").double()',
+                                    'mlp_c = MLP(d_c, activation="relu").double(); '
+                                    "mlp_c.forward = lambda Y: mlp_c.fc2(mlp_c.fc1(Y))")])],
+        "assert defect_affine < 1e-12 and defect_relu > 0.05"),
+    "3 collapse: the bias row left out of the one-layer form": (
+        CH3, [("n_c, d_c = 5, 4", [("W_V2) + bias_row,", "W_V2),")])],
+        "torch.testing.assert_close(stack(no_relu, X_c)"),
     "3 LayerNorm: the unbiased variance": (
         CH3, [("def layer_norm_scratch", [("((h - mu) ** 2).mean(dim=-1, keepdim=True)",
                                            "((h - mu) ** 2).sum(dim=-1, keepdim=True) / (h.shape[-1] - 1)")])],
@@ -118,6 +128,9 @@ BROKEN = {
     "3 LayerNorm: ε outside the root": (
         CH3, [("def layer_norm_scratch", [("torch.sqrt(var + eps)", "(torch.sqrt(var) + eps)")])],
         "torch.testing.assert_close(ln_h, ref"),
+    "3 two tokens: ε as large as the tokens' variance": (
+        CH3, [("pair = torch.stack", [("scaled_norm = LayerNorm(4).double()", "scaled_norm = LayerNorm(4, eps=10.0).double()")])],
+        "assert pair_min_gap > 1 and pair_out_gap < 1e-4"),
     "3 LayerNorm batched: statistics over the first axis": (
         CH3, [("def layer_norm_scratch", [("h.mean(dim=-1, keepdim=True)", "h.mean(dim=0, keepdim=True)"),
                                           (".mean(dim=-1, keepdim=True)      # biased",
@@ -134,6 +147,10 @@ BROKEN = {
         CH3, [("def ln_unbiased", [("(x.std(-1, unbiased=False, keepdim=True) + eps)",
                                     "torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps)")])],
         "assert eps_err_big < 1e-4 < 0.1 < eps_err_small"),
+    "3 LayerNorm errors: ε outside a square root with no floor at 0": (
+        CH3, [("def ln_unbiased", [("(x.std(-1, unbiased=False, keepdim=True) + eps)",
+                                    "(((x - mu) ** 2).mean(-1, keepdim=True).sqrt() + eps)")])],
+        'torch.testing.assert_close(jac["outside"]'),
     "3 batch norm: running statistics (eval mode)": (
         CH3, [("bn = nn.BatchNorm1d(16", [(".double().train()", ".double().eval()")])],
         "torch.testing.assert_close(batch_norm(batch1)"),
@@ -152,6 +169,12 @@ BROKEN = {
     "3 block: torch given the allowed positions as its mask": (
         CH3, [("d_b, heads_b, dff_b = 16, 4, 64", [("src_mask=causal_forbidden", "src_mask=~causal_forbidden")])],
         "torch.testing.assert_close(ours, ref_c"),
+    "3 running example: Chapter 2's projections in head 2": (
+        CH3, [("ex = running_example()", [("role * d_r:role * d_r + W.shape[1]", "role * d_r + W.shape[1]:(role + 1) * d_r")])],
+        "np.testing.assert_allclose(weights_r[0].numpy()"),
+    "3 running example: the first residual left out": (
+        CH3, [("ex = running_example()", [('stages["X + MHA(X)"] = x + stages["MHA(X)"]', 'stages["X + MHA(X)"] = stages["MHA(X)"]')])],
+        "torch.testing.assert_close(out_r, block_r(X_r)"),
     "3 shapes: the expand hook on the projection": (
         CH3, [("b_t, n_t, d_t, dff_t", [('"MLP expand": trace_block.mlp.fc1', '"MLP expand": trace_block.mlp.fc2')])],
         'assert trace["MLP expand"]'),
