@@ -288,22 +288,33 @@ BROKEN = {
     "5 four questions: √d_k not undone": (
         CH5, [("def hand_set", [("score * math.sqrt(d_k)", "score")])],
         "torch.testing.assert_close(four[t], torch.softmax(s, 0)"),
-    "5 random heads: the best largest target weight": (
-        CH5, [("n_try = 10_000", [("w_rand.min(dim=1)", "w_rand.max(dim=1)")])],
-        "assert best <= 0.25 + 1e-12"),
-    "5 random heads: softmax over the trials": (
-        CH5, [("n_try = 10_000", [("torch.softmax(s_rand, dim=-1)", "torch.softmax(s_rand, dim=0)")])],
-        "torch.testing.assert_close(w_rand[0], A_0[targets]"),
+    "5 two neighbours: the two heads merged into one": (
+        CH5, [("def two_head_copier", [("MultiHeadAttention(d_nb, 2, bias=False)", "MultiHeadAttention(d_nb, 1, bias=False)")])],
+        "assert err_two < 1e-3"),
+    "5 two neighbours: both heads look left": (
+        CH5, [("def two_head_copier", [("enumerate((-1, 1))", "enumerate((-1, -1))")])],
+        "assert err_two < 1e-3"),
+    "5 two neighbours: the merged layer keeps two heads": (
+        CH5, [("def two_head_copier", [("merged = MultiHeadAttention(d_nb, 1, bias=False)",
+                                         "merged = MultiHeadAttention(d_nb, 2, bias=False)")])],
+        "assert err_merged > 0.4"),
+    "5 two neighbours trained: the two-head model built with one head": (
+        CH5, [("def train_heads", [("layer = MultiHeadAttention(d_nb, n_heads)", "layer = MultiHeadAttention(d_nb, 1)")])],
+        "assert trained[2] < 0.01"),
     "5 vs torch: the mask inverted in attend": (
         CH5, [("def split(x, h)", [("s.masked_fill(~mask,", "s.masked_fill(mask,")]),
               ("ref = nn.MultiheadAttention(d, h, bias=False", [])],
         "torch.testing.assert_close(got, out_ref"),
     "5 vs torch: torch given the allowed positions as its mask": (
-        CH5, [("ref = nn.MultiheadAttention(d, h, bias=False", [("else ~mask", "else mask")])],
+        CH5, [("ref = nn.MultiheadAttention(d, h, bias=False", [("torch_mask = None if mask is None else ~mask",
+                                                                "torch_mask = None if mask is None else mask")])],
         "torch.testing.assert_close(got, out_ref"),
-    "5 parameters: every head full width": (
-        CH5, [("d_pc = 12", [("hh * 3 * d_pc * (d_pc // hh)", "hh * 3 * d_pc * d_pc")])],
-        "assert formula == 4 * d_pc**2"),
+    "5 vs torch with biases: ours always causal": (
+        CH5, [("ref = nn.MultiheadAttention(d, h, bias=False", [("lib_b(x, mask=mask)", "lib_b(x, mask=cm)")])],
+        "torch.testing.assert_close(lib_b(x, mask="),
+    "5 parameters: every head counted full width": (
+        CH5, [("d_pc = 12", [("split_heads(lin.weight.T, hh)[i].numel()", "lin.weight.numel()")])],
+        "assert per_head == [3 * d_pc * (d_pc // hh)] * hh"),
     "5 parameters: three bias vectors, not four": (
         CH5, [("d_pc = 12", [("(4 * d_pc if bias else 0)", "(3 * d_pc if bias else 0)")])],
         "assert ours_n == torch_n == expected"),
