@@ -57,9 +57,9 @@ def test_gradient_highway(seed):
 
 
 def _scaled_blocks(s: float, seed: int, zero_writes: bool = False) -> nn.ModuleList:
-    """The chapter's sweep: 16 blocks at GPT-2's initialisation, every weight matrix times s."""
+    """The chapter's sweep: 12 blocks at GPT-2's initialisation, every weight matrix times s."""
     torch.manual_seed(seed)
-    model = GPT(_config(16)).double()
+    model = GPT(_config(12)).double()
     with torch.no_grad():
         for name, p in model.blocks.named_parameters():
             if p.ndim == 2:
