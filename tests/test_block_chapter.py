@@ -1,8 +1,11 @@
 """The measured claims of Chapter 3 hold with the chapter's margins for 5 seeds, not just the
-seed the chapter shows: attention outputs lie in the hull of the values and MLP outputs do not;
-two value-only layers collapse into one unless an MLP sits between them; the MLP is
+seed the chapter shows: attention outputs lie in the hull of the values, and the MLP applied to
+them leaves the hull of its outputs on the values while the same MLP without its nonlinearity
+does not; two value-only layers collapse into one, and still do (plus a bias) with an MLP without
+its nonlinearity between them, while with ReLU the stack has a clear affine defect; the MLP is
 position-wise while attention is not; a batch statistic leaks between sequences, LayerNorm's does
-not; ε outside the root matters for a nearly flat token."""
+not; LayerNorm forgets a token's mean and scale; ε outside the root matters for a nearly flat
+token, and changes the slope at a flat one from 1/√ε to 1/ε."""
 from __future__ import annotations
 
 import math
@@ -45,9 +48,10 @@ def test_attention_stays_in_the_hull_of_the_values_and_the_mlp_leaves_it(seed):
     torch.manual_seed(seed)
     mlp = MLP(d, activation="gelu").double()
     with torch.no_grad():
-        Y = mlp(X)
+        leaves = _distance_to_affine_hull(mlp(Z), mlp(V)).max()
+        affine = _distance_to_affine_hull(mlp.fc2(mlp.fc1(Z)), mlp.fc2(mlp.fc1(V))).max()
     assert _distance_to_affine_hull(Z, V).max() < 1e-10
-    assert _distance_to_affine_hull(Y, X).min() > 0.05
+    assert affine < 1e-10 and leaves > 0.01, (affine, leaves)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -62,13 +66,19 @@ def test_two_value_layers_collapse_and_an_mlp_between_them_breaks_it(seed):
     assert (two - one).abs().max() < 1e-6
     torch.manual_seed(seed)
     mlp = MLP(d, activation="relu").double()
+    F1, b1, F2, b2 = (t.detach() for t in (mlp.fc1.weight.T, mlp.fc1.bias, mlp.fc2.weight.T, mlp.fc2.bias))
+    no_relu = lambda Y: (Y @ F1 + b1) @ F2 + b2  # noqa: E731
 
-    def with_mlp(Y):
+    def stack(f, Y):
         with torch.no_grad():
-            return A2 @ mlp(A1 @ Y @ W1) @ W2
+            return A2 @ f(A1 @ Y @ W1) @ W2
 
-    assert (with_mlp(X) - one).abs().max() > 0.1
-    assert (with_mlp(X + X2) - with_mlp(X) - with_mlp(X2)).abs().max() > 0.01
+    def defect(f):
+        return (stack(f, X + X2) - stack(f, X) - stack(f, X2) + stack(f, torch.zeros_like(X))).abs().max()
+
+    torch.testing.assert_close(stack(no_relu, X), (A2 @ A1) @ X @ (W1 @ F1 @ F2 @ W2) + (b1 @ F2 + b2) @ W2,
+                               atol=1e-10, rtol=0)
+    assert defect(no_relu) < 1e-12 and defect(mlp) > 0.05
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -112,3 +122,19 @@ def test_eps_outside_the_root_matters_only_for_a_nearly_flat_token(seed):
 
     assert (eps_outside(ordinary) - F.layer_norm(ordinary, (4,))).abs().max() < 1e-4
     assert (eps_outside(flat) - F.layer_norm(flat, (4,))).abs().max() > 0.1
+    constant = torch.full((4,), float(ordinary[0]), dtype=torch.float64)
+    slope = {name: torch.linalg.matrix_norm(torch.autograd.functional.jacobian(f, constant), ord=2).item()
+             for name, f in (("inside", lambda x: F.layer_norm(x, (4,), eps=1e-5)), ("outside", eps_outside))}
+    assert slope["inside"] == pytest.approx(1e-5 ** -0.5, rel=1e-9)
+    assert slope["outside"] == pytest.approx(1e5, rel=1e-9)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_layernorm_forgets_a_tokens_mean_and_scale(seed):
+    g = _gen(seed + 500)
+    h = _randn(g, 16)
+    a, c = 0.5 + 3 * torch.rand(1, generator=g, dtype=torch.float64), 5 * _randn(g, 1)
+    norm = LayerNorm(16).double()
+    with torch.no_grad():
+        norm.weight.copy_(_randn(g, 16)); norm.bias.copy_(_randn(g, 16))
+        torch.testing.assert_close(norm(a * h + c), norm(h), atol=1e-4, rtol=0)

@@ -2,17 +2,33 @@
 
 - the gradient highway: at initialisation the gradient reaching the input of a stack of
   blocks stays O(1) with residuals and vanishes without them, faster the deeper the stack;
-- pre-norm vs post-norm: at initialisation the blocks of a 12-layer pre-norm GPT receive
-  gradients of nearly equal size, those of a post-norm GPT do not.
+- where the identity path stops dominating: with every weight matrix of the blocks scaled by s,
+  the gradient at the input stays within the bound Π(1 + ‖J_ℓ‖) − 1 of 1, the bound is small at
+  s = 1 (GPT-2's initialisation), and at s = 16 the gradient is amplified; a stack whose writes
+  are zeroed stays at exactly 1, which is why the sweep is needed;
+- pre-norm vs post-norm with an embedding norm: at GPT-2's initialisation the two give the same
+  gradients; with Xavier's (Xiong et al.'s setting) the last block's W₂ gradient shrinks from
+  L = 6 to L = 24 in pre-norm, about like 1/√L, and not in post-norm, and pre-norm's fall from the
+  bottom block to the top one; without the embedding norm post-norm's block 1 stands out;
+- the trained sorter: its stream grows, and the logit lens shows the answer forming over several
+  sub-layers, well above the most-common-digit baseline.
 """
 from __future__ import annotations
 
+import functools
+import math
+
+import numpy as np
 import pytest
 import torch
+from torch import nn
 
 from transformer_lib.config import ModelConfig
+from transformer_lib.data import sort_task, task_batches
 from transformer_lib.model import GPT
-from transformer_lib.stream import block_gradient_norms, input_gradient_norm
+from transformer_lib.stream import (block_gradient_norms, input_gradient_norm, logit_lens,
+                                    residual_jacobian_norms)
+from transformer_lib.train import train
 
 torch.set_num_threads(1)  # tiny models: one thread is faster than two competing ones
 SEEDS = range(5)
@@ -40,17 +56,113 @@ def test_gradient_highway(seed):
     assert with_res[1] / without[1] > 1e5                              # the highway, by ratio
 
 
-def _per_block(seed: int, norm_first: bool) -> list[float]:
+def _scaled_blocks(s: float, seed: int, zero_writes: bool = False) -> nn.ModuleList:
+    """The chapter's sweep: 12 blocks at GPT-2's initialisation, every weight matrix times s."""
     torch.manual_seed(seed)
-    model = GPT(_config(12, norm_first=norm_first)).double()
-    gen = torch.Generator().manual_seed(200 + seed)
-    idx, targets = (torch.randint(0, V, (8, N), generator=gen) for _ in range(2))
-    return block_gradient_norms(model, idx, targets)
+    model = GPT(_config(12)).double()
+    with torch.no_grad():
+        for name, p in model.blocks.named_parameters():
+            if p.ndim == 2:
+                p.mul_(0.0 if zero_writes and name.endswith(("out_proj.weight", "fc2.weight")) else s)
+    return model.blocks
+
+
+X_ONE = torch.randn(1, 4, D, generator=torch.Generator().manual_seed(100), dtype=torch.float64)
+SCALES = (1, 4, 16)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_post_norm_gradients_are_uneven_across_depth_pre_norm_not(seed):
-    pre, post = _per_block(seed, True), _per_block(seed, False)
-    assert max(pre) / min(pre) < 1.3, pre
-    assert max(post) / min(post) > 5.0, post
-    assert post[0] == max(post)            # the bottom block, where the small embedding is normalised
+def test_the_identity_path_dominates_only_while_the_jacobians_are_small(seed):
+    ratios, bounds = [], []
+    for s in SCALES:
+        blocks = _scaled_blocks(s, seed)
+        ratios.append(input_gradient_norm(blocks, X_ONE, seed=seed))
+        bounds.append(math.prod(1 + j for j in residual_jacobian_norms(blocks, X_ONE)) - 1)
+    assert all(abs(r - 1) <= b for r, b in zip(ratios, bounds)), (ratios, bounds)  # the erratum's bound
+    assert bounds[0] < 0.2, bounds                 # s = 1: the bound keeps the ratio near 1
+    assert bounds[1] > 1, bounds                   # s = 4: the bound guarantees nothing any more
+    assert abs(ratios[1] - 1) < 0.1, ratios        # ... though the ratio is still near 1
+    assert ratios[2] > 2, ratios                   # s = 16: the gradient is amplified
+    # with the writes zeroed the same window would pass at every scale: the gradient is exactly 1
+    assert input_gradient_norm(_scaled_blocks(16, seed, zero_writes=True), X_ONE, seed=seed) == 1.0
+
+
+def _xavier_(model: GPT) -> GPT:
+    with torch.no_grad():
+        for p in model.blocks.parameters():
+            if p.ndim == 2:
+                nn.init.xavier_uniform_(p)
+    return model
+
+
+@functools.cache
+def _w2(seed: int, n_layers: int, norm_first: bool, xavier: bool) -> np.ndarray:
+    """The chapter's measurement: ‖∂loss/∂W₂‖ of every block, embedding norm, one loss."""
+    torch.manual_seed(seed)
+    model = GPT(_config(n_layers, norm_first=norm_first, embedding_norm=True,
+                        final_norm=norm_first)).double()
+    if xavier:
+        _xavier_(model)
+    gen = torch.Generator().manual_seed(200 + seed)
+    idx, targets = (torch.randint(0, V, (8, N), generator=gen) for _ in range(2))
+    return np.array(block_gradient_norms(model, idx, targets, parameter="mlp.fc2.weight"))
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_pre_and_post_norm_coincide_at_gpt2_initialisation(seed):
+    for L in (6, 24):
+        pre, post = _w2(seed, L, True, False), _w2(seed, L, False, False)
+        assert np.abs(post / pre - 1).max() < 0.02, (pre, post)
+        assert pre.max() / pre.min() < 1.25, pre
+
+
+def _last_block_shrink(seed: int, norm_first: bool) -> tuple[float, np.ndarray]:
+    at24 = _w2(seed, 24, norm_first, True)
+    return at24[-1] / _w2(seed, 6, norm_first, True)[-1], at24
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_with_xavier_the_last_block_shrinks_with_depth_in_pre_norm_only(seed):
+    pre, pre24 = _last_block_shrink(seed, True)
+    post, _ = _last_block_shrink(seed, False)
+    assert pre < 0.65 < post, (pre, post)          # 1/√L predicts 0.5 for pre-norm, 1 for post-norm
+    assert pre24[-1] / pre24[0] < 0.5, pre24       # pre-norm: the top block gets less than the bottom
+
+
+def test_with_xavier_pre_norm_shrinks_about_like_one_over_root_depth():
+    shrink = [_last_block_shrink(seed, True)[0] for seed in SEEDS]
+    assert abs(np.mean(shrink) - math.sqrt(6 / 24)) < 0.15, shrink
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_without_embedding_norm_post_norm_block_one_stands_out(seed):
+    torch.manual_seed(seed)
+    model = GPT(_config(12, norm_first=False, final_norm=False)).double()
+    gen = torch.Generator().manual_seed(200 + seed)
+    idx, targets = (torch.randint(0, V, (8, N), generator=gen) for _ in range(2))
+    g = np.array(block_gradient_norms(model, idx, targets))
+    assert g[0] / g[1:].max() > 5, g
+    assert g[1:].max() / g[1:].min() < 1.3, g
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_the_sorter_stream_grows_and_the_answer_forms_over_several_sublayers(seed):
+    vocab, n_sort = 10, 4
+    torch.manual_seed(seed)
+    sorter = GPT(ModelConfig(vocab_size=vocab, n_ctx=2 * n_sort, d_model=24, n_layers=3, n_heads=2))
+    losses = train(sorter, task_batches(sort_task, 16, n_sort, vocab, seed=seed), steps=120, lr=3e-3, seed=seed)
+    assert losses[-1] < 0.5 * losses[0]
+    x_test, y_test = sort_task(256, n_sort, vocab, seed=999)
+    _, y_train = sort_task(4096, n_sort, vocab, seed=1000)
+    most_common = y_train[y_train != -100].reshape(-1, n_sort).mode(dim=0).values
+    mask = y_test != -100
+    baseline = (y_test[mask].reshape(-1, n_sort) == most_common).double().mean().item()
+    sorter = sorter.double().eval()
+    with torch.no_grad():
+        _, stream = sorter(x_test, return_stream=True)
+        lens = [(logit_lens(sorter, s).argmax(-1)[mask] == y_test[mask]).double().mean().item()
+                for s in stream.states]
+        norms = [s.norm(dim=-1).mean().item() for s in stream.states]
+    assert norms[-1] > 2 * norms[0], norms
+    assert lens[-1] > baseline + 0.2, (lens, baseline)
+    assert lens[-1] > lens[0] + 0.3 and lens[2] < lens[-1] - 0.1, lens

@@ -1,5 +1,6 @@
 """The residual stream of a GPT (Chapter 4): `return_stream=True`, the residual switch,
-the logit lens and the gradient reaching the input of a stack."""
+the logit lens, the gradient reaching the input of a stack, the Jacobian norms of its blocks and
+the gradient each block's parameters receive."""
 from __future__ import annotations
 
 import pytest
@@ -11,7 +12,7 @@ from transformer_lib.block import TransformerBlock
 from transformer_lib.config import ModelConfig
 from transformer_lib.model import GPT
 from transformer_lib.stream import (Stream, block_gradient_norms, input_gradient_norm, logit_lens,
-                                    through_block)
+                                    residual_jacobian_norms, through_block)
 
 BASE = dict(vocab_size=13, n_ctx=10, d_model=16, n_layers=3, n_heads=4)
 PRE_NORM = {
@@ -168,3 +169,47 @@ def test_block_gradient_norms_match_backward():
         assert got == pytest.approx(float(expected), rel=1e-10)
     with pytest.raises(ValueError, match="targets: expected shape"):
         block_gradient_norms(model, idx, targets[:, :3])
+
+
+class _LinearResidual(torch.nn.Module):
+    """x ↦ x + x Wᵀ: its J is I ⊗ W on the flattened input, so ‖J‖₂ = ‖W‖₂."""
+
+    def __init__(self, W: torch.Tensor):
+        super().__init__()
+        self.W = W
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + x @ self.W.T
+
+
+def test_residual_jacobian_norms_of_linear_residual_layers_are_the_norms_of_their_maps():
+    Ws = [rand(4, 4, seed=s) for s in (1, 2)]
+    got = residual_jacobian_norms([_LinearResidual(W) for W in Ws], rand(2, 3, 4, seed=3))
+    expected = [torch.linalg.matrix_norm(W, ord=2).item() for W in Ws]
+    assert got == pytest.approx(expected, rel=1e-12)
+
+
+def test_residual_jacobian_norms_are_taken_where_each_block_is_reached():
+    torch.manual_seed(0)
+    blocks = [TransformerBlock(4, 2).double() for _ in range(2)]
+    with torch.no_grad():
+        for p in blocks[0].parameters():
+            p.add_(0.5 * torch.randn_like(p))     # block 0 moves the state block 1 sees
+    x = rand(1, 3, 4, seed=5)
+    eye = torch.eye(12, dtype=torch.float64)
+    at_x1 = torch.autograd.functional.jacobian(blocks[1], blocks[0](x).detach()).reshape(12, 12)
+    at_x0 = torch.autograd.functional.jacobian(blocks[1], x).reshape(12, 12)
+    got = residual_jacobian_norms(blocks, x)
+    assert got[1] == pytest.approx(torch.linalg.matrix_norm(at_x1 - eye, ord=2).item(), rel=1e-10)
+    assert got[1] != pytest.approx(torch.linalg.matrix_norm(at_x0 - eye, ord=2).item(), rel=1e-3)
+    zeroed = TransformerBlock(4, 2).double()
+    with torch.no_grad():
+        zeroed.attn.out_proj.weight.zero_(); zeroed.mlp.fc2.weight.zero_()
+    assert residual_jacobian_norms([zeroed], x) == [0.0]     # writes nothing: J = 0 exactly
+
+
+def test_block_gradient_norms_of_one_parameter_match_backward():
+    model, idx, targets = _model(), _ids(), _ids(seed=2)
+    norms = block_gradient_norms(model, idx, targets, parameter="mlp.fc2.weight")
+    F.cross_entropy(model(idx).reshape(-1, 13), targets.reshape(-1)).backward()
+    assert norms == pytest.approx([float(b.mlp.fc2.weight.grad.norm()) for b in model.blocks], rel=1e-10)

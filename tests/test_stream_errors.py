@@ -12,7 +12,8 @@ from torch_helpers import rand
 from transformer_lib.block import TransformerBlock
 from transformer_lib.config import ModelConfig
 from transformer_lib.model import GPT
-from transformer_lib.stream import block_gradient_norms, input_gradient_norm, logit_lens
+from transformer_lib.stream import (block_gradient_norms, input_gradient_norm, logit_lens,
+                                    residual_jacobian_norms)
 
 MODEL = GPT(ModelConfig(vocab_size=13, n_ctx=10, d_model=8, n_layers=1, n_heads=2)).double()
 IDS = torch.zeros(2, 3, dtype=torch.long)
@@ -36,6 +37,13 @@ class _NormOnly(nn.Module):
     (lambda: block_gradient_norms(MODEL, IDS, [0]), TypeError, "targets: expected a torch.Tensor, got list"),
     (lambda: block_gradient_norms(MODEL, IDS, IDS[:, :2]), ValueError,
      "targets: expected shape (2, 3) (that of idx), got (2, 2)"),
+    (lambda: block_gradient_norms(MODEL, IDS, IDS, parameter=3), TypeError, "parameter: expected a str, got int"),
+    (lambda: block_gradient_norms(MODEL, IDS, IDS, parameter="mlp.fc3.weight"), ValueError,
+     "parameter: expected the name of a parameter of every block, such as 'attn.q_proj.weight', "
+     "got 'mlp.fc3.weight'"),
+    (lambda: residual_jacobian_norms([], [0.0]), TypeError, "x: expected a torch.Tensor, got list"),
+    (lambda: residual_jacobian_norms(3, torch.ones(1, 2, 8)), TypeError,
+     "blocks: expected an iterable of modules (a ModuleList), got int"),
 ])
 def test_stream_errors_name_the_argument(call, error, message):
     with pytest.raises(error, match="^" + re.escape(message) + "$"):

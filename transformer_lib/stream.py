@@ -7,9 +7,10 @@ A pre-norm block adds each sub-layer's output to a running state,
 
 so after L blocks the state is the embedding plus the sum of 2L writes. `Stream` holds the
 states and the writes of one forward pass (`GPT.forward(idx, return_stream=True)` fills it),
-`logit_lens` reads any state through the model's final norm and unembedding, and
-`input_gradient_norm` measures how much gradient reaches the input of a stack of blocks.
-Chapter 4.
+`logit_lens` reads any state through the model's final norm and unembedding,
+`input_gradient_norm` measures how much gradient reaches the input of a stack of blocks,
+`residual_jacobian_norms` how far each block's Jacobian is from the identity, and
+`block_gradient_norms` the gradient each block's parameters receive. Chapter 4.
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ from torch import Tensor, nn
 
 from transformer_lib._checks import require_instance, require_int, require_tensor
 
-__all__ = ["Stream", "through_block", "logit_lens", "input_gradient_norm", "block_gradient_norms"]
+__all__ = ["Stream", "through_block", "logit_lens", "input_gradient_norm", "residual_jacobian_norms",
+           "block_gradient_norms"]
 
 
 class Stream(NamedTuple):
@@ -100,18 +102,47 @@ def input_gradient_norm(blocks: Iterable[nn.Module], x: Tensor, seed: int = 0) -
     return float(grad.norm() / g.norm())
 
 
-def block_gradient_norms(model: nn.Module, idx: Tensor, targets: Tensor) -> list[float]:
+def residual_jacobian_norms(blocks: Iterable[nn.Module], x: Tensor) -> list[float]:
+    """How far each block of a stack is from the identity: writing block ℓ as ``x ↦ x + f_ℓ(x)``,
+    the spectral norm ``‖J_ℓ‖₂`` of ``J_ℓ = ∂f_ℓ/∂x = ∂block_ℓ/∂x − I`` at the state block ℓ
+    receives when the stack runs on ``x`` ``(b, n, d)``. Returns one number per block, bottom
+    first. The Jacobian has ``(b·n·d)²`` entries: keep ``x`` small. Chapter 4.
+    """
+    require_tensor("x", x)
+    blocks = list(require_instance("blocks", blocks, Iterable, "an iterable of modules (a ModuleList)"))
+    eye = torch.eye(x.numel(), dtype=x.dtype, device=x.device)
+    norms, state = [], x.detach()
+    for block in blocks:
+        jac = torch.autograd.functional.jacobian(block, state, vectorize=True)
+        norms.append(float(torch.linalg.matrix_norm(jac.reshape(x.numel(), x.numel()) - eye, ord=2)))
+        with torch.no_grad():
+            state = block(state)
+    return norms
+
+
+def block_gradient_norms(model: nn.Module, idx: Tensor, targets: Tensor,
+                         parameter: str | None = None) -> list[float]:
     """The gradient each block of a GPT receives: for ids ``idx`` ``(b, n)`` and next tokens
     ``targets`` ``(b, n)``, the cross-entropy is back-propagated once and block ℓ's entry is
-    the norm of the gradient of all its parameters together, ``√(Σ_p ‖∂loss/∂p‖²)``. Returns L
-    numbers, bottom block first; the model's own ``.grad`` fields are left untouched. Chapter 4.
+    the norm of the gradient of all its parameters together, ``√(Σ_p ‖∂loss/∂p‖²)``, or with
+    ``parameter`` (a name inside a block, e.g. ``"mlp.fc2.weight"``) of that one parameter.
+    Returns L numbers, bottom block first; the model's own ``.grad`` fields are left
+    untouched. Chapter 4.
     """
     require_tensor("idx", idx)
     require_tensor("targets", targets)
     if targets.shape != idx.shape:
         raise ValueError(f"targets: expected shape {tuple(idx.shape)} (that of idx), got {tuple(targets.shape)}")
+    if parameter is None:
+        per_block = [[p for p in block.parameters() if p.requires_grad] for block in model.blocks]
+    else:
+        require_instance("parameter", parameter, str, "a str")
+        named = [dict(block.named_parameters()) for block in model.blocks]
+        if not all(parameter in params for params in named):
+            raise ValueError(f"parameter: expected the name of a parameter of every block, such as "
+                             f"{next(iter(named[0]))!r}, got {parameter!r}")
+        per_block = [[params[parameter]] for params in named]
     logits = model(idx)
     loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
-    per_block = [[p for p in block.parameters() if p.requires_grad] for block in model.blocks]
     grads = iter(torch.autograd.grad(loss, [p for ps in per_block for p in ps]))  # one backward pass
     return [float(torch.sqrt(sum((g * g).sum() for _, g in zip(ps, grads)))) for ps in per_block]
