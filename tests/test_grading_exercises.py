@@ -94,3 +94,20 @@ def test_student_notebook_starts_with_how_to_run_and_self_check(stem):
     first = read(REPO / "exercises" / f"{stem}.ipynb").cells[0]
     assert first.cell_type == "markdown" and first.source.startswith("# Exercises: ")
     assert "How to run and self-check" in first.source and "✓" in first.source
+
+
+@pytest.mark.parametrize("stem", NAMES)
+def test_each_exercise_box_lists_what_is_off_limits(stem):
+    """The functions a judge switches off (and the grader refuses in the source) are the ones the
+    exercise's box names on its **Off limits:** line; the intro box states the grader's rules."""
+    from transformer_lib.grading.grade import bans
+    from transformer_lib.grading.rules import exercises
+
+    student = read(REPO / "exercises" / f"{stem}.ipynb")
+    assert "The grader reads your code before it runs it" in student.cells[0].source
+    boxes = {re.search(r"^## (\d+\.\d+) ", c.source, re.M).group(1): c.source for c in student.cells
+             if c.cell_type == "markdown" and re.search(r"^## \d+\.\d+ ", c.source, re.M)}
+    for ex in exercises(_source(stem), bans()):
+        line = re.search(r"^\*\*Off limits:\*\* (.*)$", boxes[ex.title], re.M)
+        assert line and line.group(1).endswith("the course library."), (ex.title, boxes[ex.title][:200])
+        assert sorted(re.findall(r"`([^`]+)`", line.group(1))) == sorted(ex.bans), (ex.title, line.group(1))

@@ -8,6 +8,7 @@ are skipped, unless GRADING_SANDBOX_REQUIRED=1 (as in CI).
 """
 from __future__ import annotations
 
+import concurrent.futures as cf
 import csv
 import json
 import os
@@ -33,23 +34,38 @@ def _slug(name: str) -> str:
     return "attack_" + "".join(c if c.isalnum() else "_" for c in name)
 
 
-@pytest.fixture(scope="module", params=STEMS)
-def graded(request, tmp_path_factory):
-    stem = request.param
+def _grade(stem: str, folder) -> tuple:
     source = REPO / "exercises" / "source" / f"{stem}.ipynb"
     instructor = read(source)
-    subs, out = tmp_path_factory.mktemp(f"{stem[:10]}_subs"), tmp_path_factory.mktemp(f"{stem[:10]}_out")
+    subs, out = folder / f"{stem}_subs", folder / f"{stem}_out"
+    subs.mkdir()
     (subs / "correct.ipynb").write_text(dumps(as_handed_in(instructor)), encoding="utf-8")
     (subs / "blank.ipynb").write_text(dumps(release(instructor)), encoding="utf-8")
     for name, (edits, _) in ATTACKS.get(stem, {}).items():
         (subs / f"{_slug(name)}.ipynb").write_text(dumps(as_handed_in(substitute(instructor, edits))), encoding="utf-8")
     result = subprocess.run([sys.executable, "-m", "transformer_lib.grading", "grade", str(source), str(subs),
                              "--out", str(out), "--jobs", "2", "--sandbox", "bwrap", "--quiet", "--cell-timeout", "120",
-                             "--timeout", "600"], cwd=REPO, capture_output=True, text=True, timeout=900)
+                             "--timeout", "600"], cwd=REPO, capture_output=True, text=True, timeout=1200)
+    points = {grade_id(c): float(c.metadata["nbgrader"]["points"]) for _, c in check_cells(instructor)}
+    return result, points, out
+
+
+@pytest.fixture(scope="module")
+def every_run(tmp_path_factory):
+    """All the notebooks' grading runs, three at a time (each instructor run alone keeps one core busy)."""
+    folder = tmp_path_factory.mktemp("notebooks")
+    with cf.ThreadPoolExecutor(max_workers=3) as pool:
+        futures = {stem: pool.submit(_grade, stem, folder) for stem in STEMS}
+    return {stem: fut.result() for stem, fut in futures.items()}
+
+
+@pytest.fixture(params=STEMS)
+def graded(request, every_run):
+    stem = request.param
+    result, points, out = every_run[stem]
     assert result.returncode == 0, result.stderr[-3000:]
     with open(out / "grades.csv", newline="", encoding="utf-8") as fh:
         rows = {row["submission"]: row for row in csv.DictReader(fh)}
-    points = {grade_id(c): float(c.metadata["nbgrader"]["points"]) for _, c in check_cells(instructor)}
     return stem, rows, points, out
 
 
@@ -66,8 +82,7 @@ def test_each_attack_scores_zero_where_it_attacks_and_its_honest_points_elsewher
         for gid, full in points.items():
             assert float(row[gid]) == (0.0 if gid in attacked else full), f"{name}: {gid} = {row[gid]}"
         tests = json.loads((out / _slug(name) / "results.json").read_text())["tests"]
-        messages = " ".join(t["output"] for t in tests if t["name"] in attacked)
-        assert "refuses" in messages or "raised" in messages or "fails" in messages, (name, messages)
+        assert all(t["output"] != "passed" for t in tests if t["name"] in attacked), name
 
 
 def test_the_class_report_lists_the_refused_submissions(graded):
@@ -80,3 +95,11 @@ def test_the_class_report_lists_the_refused_submissions(graded):
         for name in refused:
             assert _slug(name) in report
     assert "Graded in the sandbox" in report
+
+
+def test_a_hidden_test_sends_nothing_back(every_run):
+    """An answer that encodes its hidden inputs fails, and its feedback carries no number at all."""
+    out = every_run["09_parameter_and_flop_counting"][2]
+    tests = json.loads((out / _slug("smuggle the hidden inputs out through the answer") / "results.json").read_text())["tests"]
+    message = next(t["output"] for t in tests if t["name"] == "check_param_count")
+    assert message.startswith("a hidden test (other inputs) fails") and not any(ch.isdigit() for ch in message)

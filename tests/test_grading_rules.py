@@ -139,3 +139,17 @@ def test_a_refusal_costs_its_exercise_and_where_its_names_are_used():
     nb = copy.deepcopy(solved)
     nb.cells.insert(1, nbformat.v4.new_code_cell("import threading"))
     assert all(refusals(nb, instructor, bans()).values())
+
+
+def test_only_names_a_refused_cell_defines_for_later_cells_carry_its_cost():
+    """A function's own locals are not the notebook's names: a later exercise that uses a local of
+    the same name, or defines the name again first, keeps its points."""
+    instructor = read(REPO / "exercises" / "source" / "02_building_up_attention.ipynb")
+    by_title = {ex.title: ex.checks for ex in exercises(instructor, bans())}
+    solved = restore_checks(instructor, instructor)[0]
+    nb = _with_cell_after(solved, "stable_softmax", "import sys\ndef helper(x):\n    scale = 2\n    return x * scale")
+    nb = _with_cell_after(nb, "variance_questions", "def f(d):\n    scale = d ** 0.5\n    return [scale for _ in [1]]\n"
+                                                     "g = lambda helper: helper + 1\nhelper = abs\ny = helper(-1)")
+    nb = _with_cell_after(nb, "check_variance_divided_by_dk", "z = helper(-2)")  # the new helper
+    costs = {g for g, v in refusals(nb, instructor, bans()).items() if v}
+    assert costs == set(by_title["2.2"])

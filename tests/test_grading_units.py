@@ -227,13 +227,14 @@ def test_the_kernel_half_holds_no_judge_and_ignores_earlier_patches(monkeypatch)
     monkeypatch.setitem(sys.modules, "transformer_lib.grading.checks", types.ModuleType("fake"))
     loaded = _kernel_checks("_grading_test_kernel")
     assert loaded is not checks and "_grading_test_kernel" not in sys.modules
-    modules = [m for m in vars(loaded).values() if isinstance(m, types.ModuleType) and "_grading_test_kernel" in m.__name__]
-    assert modules, "no chapter module loaded"
-    for module in modules:  # nothing of the judging half: no judge, no comparison, no reference
-        assert not {"judge", "fail", "close", "JUDGES", "F"} & set(vars(module)), module.__name__
-        public = [n for n in vars(module) if not n.startswith("_") and callable(vars(module)[n])
-                  and getattr(vars(module)[n], "__module__", "") == module.__name__]
-        assert all(n.startswith("check_") for n in public), (module.__name__, public)
+    namespaces = {f.__globals__["__name__"]: f.__globals__ for n, f in vars(loaded).items() if n.startswith("check_")}
+    assert len(namespaces) == len(list((REPO / "transformer_lib" / "grading" / "checks").glob("ch*.py")))
+    for name, namespace in namespaces.items():  # nothing of the judging half: no judge, no comparison, no reference
+        assert not {"judge", "fail", "close", "JUDGES", "verdict", "as_array"} & set(namespace), name
+        assert not [n for n in namespace if n.startswith("_reference") or n.startswith("_judge")], name
+        public = [n for n, v in namespace.items() if not n.startswith("_") and callable(v)
+                  and getattr(v, "__module__", "") == name]
+        assert all(n.startswith("check_") or n in ("sublayers", "tiny_gpt") for n in public), (name, public)
 
 
 @pytest.mark.parametrize("path", sorted((REPO / "transformer_lib" / "grading" / "checks").glob("ch*.py")),
@@ -302,3 +303,22 @@ def test_a_banned_call_in_another_thread_is_noticed():
     with pytest.raises(AssertionError, match="another thread"):
         checks.check_stable_softmax(threaded)
     assert threading.getprofile() is None if hasattr(threading, "getprofile") else True
+
+
+def test_a_lookup_table_of_one_run_s_hidden_answers_earns_nothing_in_the_next(tmp_path, monkeypatch):
+    """Even every hidden input and answer of one grading run (more than its feedback could ever give
+    away) is of no use in the next: the inputs are drawn anew from each run's seed."""
+    monkeypatch.setenv(RECORD_ENV, str(tmp_path))
+
+    def calls(seed: str, fn) -> list:
+        monkeypatch.setenv(SEED_ENV, seed)
+        for f in tmp_path.glob("*.npz"):
+            f.unlink()
+        checks.check_score_std(fn, hidden=1)
+        return load_calls(tmp_path)
+
+    table = {case["d_k"]: math.sqrt(case["d_k"]) for case in calls("run-1", math.sqrt)[0].cases}
+    lookup = lambda d: table.get(d, 0.0)  # noqa: E731
+    assert judge_calls(calls("run-1", lookup), calls("run-1", math.sqrt)) is None
+    next_run = calls("run-2", math.sqrt)
+    assert judge_calls(calls("run-2", lookup), next_run).startswith("a hidden test (other inputs) fails")

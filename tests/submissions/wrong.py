@@ -55,6 +55,13 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             one_hot = F.one_hot(ids, num_classes=W_E.shape[0]).to(W_E.dtype)
             return one_hot @ W_E.detach()
             """}, {"check_embedding_lookup"}, "no gradient"),
+        "embedding whose gradient does not reach W_E": ({"embed_via_one_hot": """
+            one_hot = F.one_hot(ids, num_classes=W_E.shape[0]).to(W_E.dtype)
+            return one_hot @ W_E.detach() + 0 * W_E.sum()
+            """}, {"check_embedding_lookup"}, "one_hotᵀ · G"),
+        "fixed mixing sizes hard-coded to the visible n = 4": ({"accepted_set_sizes": """
+            return [size for size in sizes if size == 4]
+            """}, {"check_accepted_set_sizes"}, "a hidden test (other inputs) fails: a fixed mixing matrix"),
         "Nadaraya-Watson from the course library": ({"nadaraya_watson": """
             from transformer_lib.embedding import nadaraya_watson as library_nadaraya_watson
             return library_nadaraya_watson(x_query, x_train, y_train, bandwidth)

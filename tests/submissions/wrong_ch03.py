@@ -52,6 +52,11 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             var = ((h - mu) ** 2).mean(dim=-1, keepdim=True)
             return (gamma.half() * (h - mu) / torch.sqrt(var + eps) + beta.half()).to(x.dtype)
             """}, {"check_layer_norm"}, "differs"),
+        "LayerNorm that ignores the eps it is given": ({"layer_norm": """
+            mu = x.mean(dim=-1, keepdim=True)
+            var = ((x - mu) ** 2).mean(dim=-1, keepdim=True)
+            return gamma * (x - mu) / torch.sqrt(var + 1e-5) + beta
+            """}, {"check_layer_norm"}, "a hidden test (other inputs) fails: layer_norm differs"),
         "MLP without the activation": ({"mlp": """
             return (X @ W1 + b1) @ W2 + b2
             """}, {"check_mlp"}, "no activation"),
@@ -99,6 +104,6 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             g = torch.Generator().manual_seed(63)
             V2 = torch.randn(4, 4, generator=g, dtype=torch.float64)
             return B2 @ B1, V1 @ V2
-            """}, {"check_collapse"}, "shape"),
+            """}, {"check_collapse"}, "a hidden test (other inputs) fails"),
     },
 }

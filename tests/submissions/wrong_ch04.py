@@ -60,6 +60,16 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
                 x = x + w + block.mlp(block.norm2(x + w))
             return x0, writes
             """}, {"check_stream_writes"}, "only the attention writes"),
+        "blocks hard-coded to the visible three": ({"stream_writes": """
+            x = model.tok_emb(idx) + model.pos_emb(torch.arange(idx.shape[-1]))
+            x0, writes = x, []
+            for block in list(model.blocks)[:3]:
+                for norm, sub in ((block.norm1, block.attn), (block.norm2, block.mlp)):
+                    w = sub(norm(x))
+                    writes.append(w)
+                    x = x + w
+            return x0, writes
+            """}, {"check_stream_writes"}, "a hidden test (other inputs) fails: expected # writes"),
         "shrinking sub-layer: zero (the identity layer)": ({"shrinking_sublayer": """
             return torch.zeros(d, d, dtype=torch.float64)
             """}, {"check_shrinking_sublayer"}, "eigenvalue"),
@@ -68,6 +78,6 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             """}, {"check_shrinking_sublayer"}, "> 1"),
         "shrinking sub-layer: hard-coded for d = 6": ({"shrinking_sublayer": """
             return -torch.eye(6, dtype=torch.float64)
-            """}, {"check_shrinking_sublayer"}, "3×3"),
+            """}, {"check_shrinking_sublayer"}, "a hidden test (other inputs) fails: W has the wrong shape"),
     },
 }

@@ -109,7 +109,7 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             """}, {"check_mha_params"}, "leaves out W_O"),
         "mha_params hard-coded to the visible answer": ({"param_counts#1": """
             return 1_048_576
-            """}, {"check_mha_params"}, "mha_params(768, 12)"),
+            """}, {"check_mha_params"}, "a hidden test (other inputs) fails: mha_params(#, #)"),
         "mha_params by building a layer": ({"param_counts#1": """
             return sum(p.numel() for p in torch.nn.MultiheadAttention(d, h, bias=False).parameters())
             """}, {"check_mha_params"}, "calls torch (empty)"),
@@ -123,5 +123,8 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
         "GQA with the group size for n_kv": ({"param_counts#2": """
             return 2 * d * d + 2 * d * (h // n_kv) * (d // h)
             """}, {"check_gqa_params"}, "not the group size"),
+        "mha_params as a torch tensor": ({"param_counts#1": """
+            return torch.tensor(4 * d * d)
+            """}, {"check_mha_params"}, "calls torch (tensor)"),
     },
 }

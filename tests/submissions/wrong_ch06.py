@@ -90,7 +90,7 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             base = (encode(q, m) * encode(k, n)).sum(-1)
             shifted = (encode(q, m + 1) * encode(k, n + 1)).sum(-1)
             return bool(torch.allclose(shifted, base, atol=1e-8))
-            """}, {"check_relative_test"}, "rotation stops at position 8"),
+            """}, {"check_relative_test"}, "the rotation stops at position #"),
         "relative test: compares q and k at one position": ({"relative_test": """
             g = torch.Generator().manual_seed(0)
             q = torch.randn(6, d, generator=g, dtype=torch.float64)
@@ -99,5 +99,10 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             b = (encode(q, p + 9) * encode(q, p + 9)).sum(-1)
             return bool(torch.allclose(a, b, atol=1e-8))
             """}, {"check_relative_test"}, "accepts an encoding"),
+        "relative test with float positions": ({"relative_test": """
+            q = torch.randn(5, d, dtype=torch.float64)
+            base = (encode(q, torch.arange(5.0)) * encode(q, torch.arange(5.0))).sum(-1)
+            return bool(torch.isfinite(base).all())
+            """}, {"check_relative_test"}, "integer positions of shape (n,)"),
     },
 }

@@ -65,5 +65,16 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             z = torch.nn.functional.scaled_dot_product_attention(q[None], K_cache, V_cache)[0]
             return z, K_cache, V_cache
             """}, {"check_cached_step"}, "scaled_dot_product_attention"),
+        "leakage test with float ids": ({"leakage_test": """
+            x = torch.rand(2, n) * vocab_size
+            with torch.no_grad():
+                return not torch.equal(model(x)[:, 0], model(x.flip(-1))[:, 0])
+            """}, {"check_leakage_test"}, "integer tensor"),
+        "cached step that puts the new key and value first": ({"cached_step": """
+            q, k, v = x_t @ W_Q, x_t @ W_K, x_t @ W_V
+            K_cache, V_cache = torch.cat([k[None], K_cache]), torch.cat([v[None], V_cache])
+            z = torch.softmax(K_cache @ q / math.sqrt(q.shape[-1]), dim=-1) @ V_cache
+            return z, K_cache, V_cache
+            """}, {"check_cached_step"}, "one row per token in order"),
     },
 }

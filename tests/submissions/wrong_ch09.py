@@ -74,7 +74,7 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
         "params: the check's own reference model": ({"param_count": """
     from transformer_lib.grading.checks import ch09_counting
     return sum(p.numel() for p in ch09_counting._reference_model(cfg).parameters())
-"""}, {"check_param_count"}, "the check's own reference"),
+"""}, {"check_param_count"}, "builds the model"),
         "flops: attention matmuls forgotten": ({"flops_per_token": """
     d, L, V = cfg["d_model"], cfg["n_layers"], cfg["vocab_size"]
     kv = cfg["n_kv_heads"] * (d // cfg["n_heads"])
@@ -98,7 +98,7 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
 """}, {"check_crossover_n"}, "rule of thumb"),
         "crossover: always 6 d": ({"crossover_n": """
     return 6.0 * cfg["d_model"]
-"""}, {"check_crossover_n"}, "6·d holds"),
+"""}, {"check_crossover_n"}, "·d holds for d_ff"),
         "crossover: against the MLP alone": ({"crossover_n": """
     k = 3 if cfg["mlp"] == "swiglu" else 2
     return 2 * k * cfg["d_model"] * cfg["d_ff"] / (4 * cfg["d_model"])

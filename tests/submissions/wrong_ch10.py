@@ -132,6 +132,19 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
         rows.append((w / w.sum(-1, keepdim=True)).unsqueeze(-2) @ V)
     return torch.cat(rows, dim=-2)
 """}, _LINEAR, "O(n·m) work"),
+        "linear: a loop over the queries, one matmul each": ({"linear_attention": """
+    phi_q, phi_k = F.elu(Q) + 1, F.elu(K) + 1
+    rows = []
+    for i in range(Q.shape[-2]):
+        w = phi_q[..., i:i + 1, :] @ phi_k.transpose(-2, -1)        # (…, 1, m): this query against every key
+        rows.append((w @ V) / w.sum(-1, keepdim=True))
+    return torch.cat(rows, dim=-2)
+"""}, _LINEAR, "O(n·m) work"),
+        "linear: a three-operand einsum (contracts through φ(Q)φ(K)ᵀ)": ({"linear_attention": """
+    phi_q, phi_k = F.elu(Q) + 1, F.elu(K) + 1
+    numerator = torch.einsum("...nd,...md,...mv->...nv", phi_q, phi_k, V)
+    return numerator / (phi_q @ phi_k.sum(dim=-2).unsqueeze(-1))
+"""}, _LINEAR, "O(n·m) work"),
         "linear: computed in numpy": ({"linear_attention": """
     import numpy as np
     q, k, v = Q.numpy(), K.numpy(), V.numpy()

@@ -270,31 +270,104 @@ def exercises(instructor, bans_of: dict[str, tuple[str, ...]]) -> list[Exercise]
     return found
 
 
-def defined_names(source: str) -> set[str]:
-    """Names a cell binds (assignments, ``def``, ``class``, imports, loop targets); empty if it
-    does not parse (IPython magics are dropped first)."""
-    try:
-        tree = ast.parse(_split_magics(source)[0])
-    except SyntaxError:
-        return set()
-    names: set[str] = set()
-    for node in ast.walk(tree):
+_SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
+_COMPREHENSIONS = (ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)
+
+
+def _bound(body: list[ast.AST]) -> tuple[set[str], set[str]]:
+    """The names a block of statements binds in its own scope (not in nested functions, classes,
+    lambdas or comprehensions), and the names it declares ``global``."""
+    bound, declared = set(), set()
+    stack = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+            declared |= {n for sub in ast.walk(node) if isinstance(sub, ast.Global) for n in sub.names}
+            continue
+        if isinstance(node, (ast.Lambda, *_COMPREHENSIONS)):
+            continue
         if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-            names.add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
+            bound.add(node.id)
         elif isinstance(node, ast.alias):
-            names.add((node.asname or node.name).split(".")[0])
-    return names
+            bound.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            bound.add(node.name)
+        elif isinstance(node, ast.Global):
+            declared |= set(node.names)
+        stack += list(ast.iter_child_nodes(node))
+    return bound, declared
+
+
+def _tree(source: str) -> ast.Module | None:
+    try:
+        return ast.parse(_split_magics(source)[0])
+    except SyntaxError:
+        return None
+
+
+def defined_names(source: str) -> set[str]:
+    """The names a cell defines for the cells after it: what its top level binds (assignments,
+    ``def``, ``class``, imports, loop targets), and what its functions declare ``global``."""
+    tree = _tree(source)
+    if tree is None:
+        return set()
+    bound, declared = _bound(tree.body)
+    return bound | declared
+
+
+class _GlobalUses(ast.NodeVisitor):
+    """The names a cell reads from the notebook's namespace: loads that no enclosing function,
+    lambda or comprehension binds itself."""
+
+    def __init__(self) -> None:
+        self.local: list[set[str]] = []
+        self.used: set[str] = set()
+
+    def visit_Name(self, node: ast.Name) -> None:
+        if isinstance(node.ctx, ast.Load) and not any(node.id in scope for scope in self.local):
+            self.used.add(node.id)
+
+    def _scope(self, names: set[str], body: list[ast.AST]) -> None:
+        self.local.append(names)
+        for item in body:
+            self.visit(item)
+        self.local.pop()
+
+    def visit_FunctionDef(self, node: ast.FunctionDef) -> None:
+        for item in node.decorator_list + node.args.defaults + [d for d in node.args.kw_defaults if d]:
+            self.visit(item)
+        args = {a.arg for a in node.args.args + node.args.kwonlyargs + node.args.posonlyargs}
+        args |= {a.arg for a in (node.args.vararg, node.args.kwarg) if a}
+        bound, declared = _bound(node.body)
+        self._scope((args | bound) - declared, node.body)
+
+    visit_AsyncFunctionDef = visit_FunctionDef
+
+    def visit_Lambda(self, node: ast.Lambda) -> None:
+        for item in node.args.defaults:
+            self.visit(item)
+        self._scope({a.arg for a in node.args.args + node.args.kwonlyargs}, [node.body])
+
+    def _comprehension(self, node: ast.AST) -> None:
+        targets = {n.id for gen in node.generators for n in ast.walk(gen.target) if isinstance(n, ast.Name)}
+        self.visit(node.generators[0].iter)
+        parts = [g.iter for g in node.generators[1:]] + [c for g in node.generators for c in g.ifs]
+        parts += [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
+        self._scope(targets, parts)
+
+    visit_ListComp = visit_SetComp = visit_DictComp = visit_GeneratorExp = _comprehension
 
 
 def used_names(source: str) -> set[str]:
-    """Names a cell reads (in its code and in its ``%time`` lines)."""
+    """Names a cell reads from the notebook's namespace (in its code and in its ``%time`` lines)."""
     code, _, timed = _split_magics(source)
     names: set[str] = set()
     for text in [code, *(t for _, t in timed)]:
         try:
-            names |= {n.id for n in ast.walk(ast.parse(text)) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+            reader = _GlobalUses()
+            reader.visit(ast.parse(text))
+            names |= reader.used
         except SyntaxError:
             continue
     return names
@@ -317,11 +390,14 @@ def refusals(submission, instructor, bans_of: dict[str, tuple[str, ...]]) -> dic
             continue
         source = "\n".join("" if line.strip() == IMPORT_CHECKS else line for line in cell.source.splitlines())
         found = [Refusal(index, line, code, reason) for line, code, reason in read_cell(source, exs[current].bans)]
+        defines = defined_names(source)
         found += [Refusal(index, 0, name, f"uses {name}, defined by code the grader refuses ({tainted[name]})")
-                  for name in sorted(used_names(cell.source) & set(tainted))][:1]
+                  for name in sorted((used_names(source) - defines) & set(tainted))][:1]
         if not found:
+            for name in defines:  # defined anew by code the grader accepts
+                tainted.pop(name, None)
             continue
-        tainted.update({name: f"cell {found[0].cell + 1}" for name in defined_names(cell.source)})
+        tainted.update({name: f"cell {found[0].cell + 1}" for name in defines})
         for ex in (exs[current:current + 1] if started else exs):
             for gid in ex.checks:
                 cost[gid] += found

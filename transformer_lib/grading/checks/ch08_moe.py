@@ -1,24 +1,170 @@
 """Checks for the chapter 8 exercises: top-k routing with renormalised weights, the MoE forward
 pass with batched dispatch, and the Switch load-balancing loss.
 
-Each check computes its reference inside the function from ``torch`` operations; the experts the
-forward pass is run with are small MLPs built here that count how often, and on how many tokens,
-they are called. Chapter 8.
+Above the judging line: what runs in the student's kernel (the inputs, visible and hidden, the
+calls of the student's functions, and what the kernel must measure: how often, and on how many
+rows, the student calls each expert; the gradient through the student's loss). The experts handed
+to the student are plain closures: their weights and their counters live in this module's
+functions, not on the objects. Below the line: the judges, which rebuild the experts from the
+case's weights, compute their references and run in the grader. Chapter 8.
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
-import numpy as np
 import torch
 
-from .._checktools import (CheckFailed, as_array, call, check_shape, close, fail, ok, record, seeded,
-                           typename, unpack_pair)
+from .._harness import StudentError, call, draw, hidden_generator, randn, run_check, seeded
 
 __all__ = ["check_top_k_routing", "check_moe_forward", "check_balancing_loss"]
 
 
-def _reference_routing(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+# ---------------------------------------------------------------- 8.1 top-k routing
+
+def check_top_k_routing(fn: Callable, logits: torch.Tensor | None = None, k: int = 2, hidden: int = 0) -> None:
+    """``fn(logits (T, E), k) -> (weights (T, k), indices (T, k))``: the k most probable experts of
+    each token, most probable first, and their probabilities renormalised to sum to 1. Chapter 8."""
+    if hidden:
+        g = hidden_generator("top_k_routing", hidden)
+        E = draw(g, 4, 8)
+        cases = [dict(logits=randn(g, draw(g, 2, 12), E, scale=2.0), k=draw(g, 2, E - 1)),
+                 dict(logits=randn(g, draw(g, 1, 10), draw(g, 2, 8)), k=1)]      # one expert per token
+        E = draw(g, 2, 4)
+        cases.append(dict(logits=randn(g, draw(g, 2, 6), E), k=E))              # every expert, in order
+    else:
+        cases = [dict(logits=seeded(80, 7, 5, scale=1.5) if logits is None else logits, k=k)]
+    for case in cases:
+        case["what"] = "top_k_routing(logits, k)"
+    run_check("top_k_routing", fn, cases,
+              lambda f, c: {"result": call(f, c["logits"].clone(), c["k"])}, hidden)
+
+
+# ---------------------------------------------------------------- 8.2 the forward pass
+
+def _expert_weights(g: torch.Generator, d: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The weights of one expert, a small tanh MLP (m, d) -> (m, d)."""
+    w1 = torch.randn(d, 2 * d, generator=g, dtype=torch.float64) / d ** 0.5
+    b1 = 0.1 * torch.randn(2 * d, generator=g, dtype=torch.float64)
+    w2 = torch.randn(2 * d, d, generator=g, dtype=torch.float64) / (2 * d) ** 0.5
+    return w1, b1, w2
+
+
+def _moe_case(x: torch.Tensor, W_g: torch.Tensor, k: int, gens: list[torch.Generator]) -> dict:
+    """A case of the forward pass: the experts' weights stacked (E, …), as data."""
+    w1, b1, w2 = (torch.stack(ws) for ws in zip(*(_expert_weights(g, x.shape[1]) for g in gens)))
+    return dict(x=x, W_g=W_g, k=k, w1=w1, b1=b1, w2=w2, what="moe_forward(x, W_g, experts, k)")
+
+
+def _run_moe(fn: Callable, case: dict) -> dict:
+    """Call the student's forward pass with experts that count, in this function's variables, how
+    often they are called and on how many rows; an expert called on something other than an
+    (m, d) tensor stops the run and says what it got (a shape, or None for a non-tensor)."""
+    d = case["x"].shape[1]
+    n_experts = case["w1"].shape[0]
+    calls, rows = [0] * n_experts, [0] * n_experts
+    misuse: list[Any] = []
+
+    def make(e: int) -> Callable[[Any], torch.Tensor]:
+        w1, b1, w2 = case["w1"][e].clone(), case["b1"][e].clone(), case["w2"][e].clone()
+
+        def expert(x: Any) -> torch.Tensor:
+            if not isinstance(x, torch.Tensor) or x.dim() != 2 or x.shape[1] != d:
+                misuse.append(list(x.shape) if isinstance(x, torch.Tensor) else None)
+                raise ValueError("an expert takes a (m, d) tensor")
+            calls[e] += 1
+            rows[e] += int(x.shape[0])
+            return torch.tanh(x @ w1 + b1) @ w2
+        return expert
+
+    experts = [make(e) for e in range(n_experts)]
+    try:
+        y = call(fn, case["x"].clone(), case["W_g"].clone(), experts, case["k"])
+    except (StudentError, ValueError):  # (a ValueError reaches here only while a student works)
+        if misuse:
+            return {"misuse": [misuse[0]]}
+        raise
+    return {"y": y, "calls": calls, "rows": rows, "misuse": misuse[:1]}
+
+
+def check_moe_forward(fn: Callable, x: torch.Tensor | None = None, n_experts: int = 4, k: int = 2,
+                      hidden: int = 0) -> None:
+    """``fn(x (T, d), W_g (d, E), experts, k) -> y (T, d)``: ``y_i = Σ_{e ∈ top-k} w_ie · expert_e(x_i)``
+    with renormalised weights, each expert called once on exactly the tokens routed to it. Chapter 8."""
+    if hidden:
+        g = hidden_generator("moe_forward", hidden)
+        E = draw(g, 5, 8)
+        shapes = [(draw(g, 12, 20), draw(g, 3, 7), E, draw(g, 2, min(4, E - 1))),
+                  (draw(g, 5, 10), draw(g, 2, 5), draw(g, 2, 4), 1),                  # one expert per token
+                  (draw(g, 1, 3), draw(g, 2, 5), draw(g, 6, 8), draw(g, 1, 2))]       # idle experts
+        cases = [_moe_case(randn(g, T, d), randn(g, d, n), k_, [g] * n) for T, d, n, k_ in shapes]
+    else:
+        x = seeded(81, 10, 6) if x is None else x
+        cases = [_moe_case(x, seeded(82, x.shape[1], n_experts), k,
+                           [torch.Generator().manual_seed(83 + e) for e in range(n_experts)])]
+    run_check("moe_forward", fn, cases, _run_moe, hidden)
+
+
+# ---------------------------------------------------------------- 8.3 the load-balancing loss
+
+def _run_balancing(fn: Callable, case: dict) -> dict:
+    """Call the student's loss on a leaf that requires grad; measure the gradient through it."""
+    leaf = case["probs"].clone().requires_grad_(True)
+    E = case["probs"].shape[1]
+    loss = call(fn, leaf, case["expert_index"].clone(), E)
+    out: dict[str, Any] = {"loss": loss}
+    if isinstance(loss, torch.Tensor) and loss.numel() == 1:
+        out["requires_grad"] = bool(loss.requires_grad)
+        if loss.requires_grad:
+            grad, = call(lambda: torch.autograd.grad(loss.reshape(()), leaf, allow_unused=True))
+            out["grad"] = grad
+    return out
+
+
+def _balancing_case(probs: torch.Tensor, expert_index: torch.Tensor, balanced: bool = False) -> dict:
+    return dict(probs=probs, expert_index=expert_index, balanced=balanced,
+                what="balancing_loss at perfect balance" if balanced
+                else "balancing_loss(router_probs, expert_index, n_experts)")
+
+
+def _balanced(E: int, k: int, rounds: int) -> dict:
+    """Every expert the same share of the assignments, uniform probabilities."""
+    T = rounds * E
+    index = torch.stack([(torch.arange(T) + j) % E for j in range(k)], 1)
+    return _balancing_case(torch.full((T, E), 1.0 / E, dtype=torch.float64), index, balanced=True)
+
+
+def check_balancing_loss(fn: Callable, probs: torch.Tensor | None = None,
+                         expert_index: torch.Tensor | None = None, hidden: int = 0) -> None:
+    """``fn(router_probs (T, E), expert_index (T, k), n_experts) -> scalar``
+    ``E · Σ_e f_e · P_e`` with f_e the share of the T·k assignments and P_e the mean probability;
+    differentiable through ``router_probs``; 1 at perfect balance. Chapter 8."""
+    if hidden:
+        g = hidden_generator("balancing_loss", hidden)
+        E = draw(g, 4, 8)
+        p = torch.softmax(randn(g, draw(g, 10, 24), E, scale=2.0), -1)
+        cases = [_balancing_case(p, p.topk(draw(g, 2, min(4, E - 1)), -1).indices)]
+        p = torch.softmax(randn(g, draw(g, 5, 12), draw(g, 2, 4)), -1)
+        cases.append(_balancing_case(p, p.argmax(-1, keepdim=True)))                # k = 1
+        E = draw(g, 3, 6)
+        p = torch.softmax(randn(g, draw(g, 4, 10), E), -1)
+        cases.append(_balancing_case(p, p[:, :-1].topk(draw(g, 1, 2), -1).indices))  # the last expert idle
+        cases.append(_balanced(draw(g, 2, 6), 2, draw(g, 1, 4)))
+    else:
+        if probs is None:
+            probs = torch.softmax(seeded(84, 12, 4, scale=1.5), -1)
+        expert_index = probs.topk(2, -1).indices if expert_index is None else expert_index
+        cases = [_balancing_case(probs, expert_index), _balanced(probs.shape[1], 2, 4)]
+    run_check("balancing_loss", fn, cases, _run_balancing, hidden)
+
+
+# ==== judging: runs in the grader, never loaded into a graded kernel ====
+import numpy as np  # noqa: E402
+
+from .._harness import CheckFailed, Opaque, typename  # noqa: E402
+from .._judging import as_array, check_shape, close, fail, judge, number, pair  # noqa: E402
+
+
+def _routing(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Softmax over the experts (last axis), the k largest, renormalised."""
     probs = torch.softmax(logits, dim=-1)
     top, idx = probs.topk(k, dim=-1)
@@ -26,26 +172,27 @@ def _reference_routing(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torc
 
 
 def _as_index(value: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
-    if not isinstance(value, torch.Tensor) or value.is_floating_point() or value.is_complex():
+    if not isinstance(value, torch.Tensor) or value.is_floating_point() or value.dtype == torch.bool:
         raise CheckFailed(f"{what}: expected an integer tensor of expert indices (as torch.topk "
                           f"returns), got {typename(value)}"
                           + (f" of dtype {value.dtype}" if isinstance(value, torch.Tensor) else ""))
-    got = value.detach().cpu().numpy()
+    got = value.numpy()
     check_shape(got, shape, what, "one row per token, one column per chosen expert")
     return got
 
 
-def check_top_k_routing(fn: Callable, logits: torch.Tensor | None = None, k: int = 2) -> None:
-    """``fn(logits (T, E), k) -> (weights (T, k), indices (T, k))``: the k most probable experts of
-    each token, most probable first, and their probabilities renormalised to sum to 1. Chapter 8."""
-    logits = seeded(80, 7, 5, scale=1.5) if logits is None else logits
+@judge("top_k_routing", compare=("result",), atol=1e-9, rtol=1e-9,
+       ok=lambda cases, outs: "top-k routing of " + ", ".join(
+           f"{c['logits'].shape[0]} token{'s' * (c['logits'].shape[0] != 1)} over {c['logits'].shape[1]} experts "
+           f"(k = {c['k']})" for c in cases)
+       + ": the most probable experts, in order, weights renormalised to sum to 1")
+def _top_k_routing(case: dict, out: dict) -> None:
+    logits, k = case["logits"], case["k"]
     T, E = logits.shape
-    expected_w, expected_i = _reference_routing(logits, k)
-    result = call(fn, logits.clone(), k, what="top_k_routing(logits, k)")
-    weights, indices = unpack_pair(result, "top_k_routing(logits, k)", ("weights", "indices"))
+    expected_w, expected_i = _routing(logits, k)
+    weights, indices = pair(out["result"], "top_k_routing(logits, k)", ("weights", "indices"))
     got_i = _as_index(indices, (T, k), "indices")
     got_w = as_array(weights, "weights")
-    record("top_k_routing", {"weights": got_w, "indices": got_i.astype(np.float64)}, atol=1e-9, rtol=1e-9)
     check_shape(got_w, (T, k), "weights", "one row per token, one weight per chosen expert")
     probs = torch.softmax(logits, dim=-1)
     smallest = probs.topk(k, dim=-1, largest=False).indices.numpy()
@@ -72,61 +219,50 @@ def check_top_k_routing(fn: Callable, logits: torch.Tensor | None = None, k: int
                  "experts (the last axis)", expected_w.numpy(), got_w)
         fail("the weights differ from the renormalised top-k softmax probabilities (atol 1e-9)",
              expected_w.numpy(), got_w)
-    ok(f"top-{k} routing of {T} tokens over {E} experts: the most probable experts, in order, "
-       "weights renormalised to sum to 1")
 
 
-class _Expert:
-    """A small MLP ``(m, d) -> (m, d)`` that records the number of rows of every call."""
-
-    def __init__(self, d: int, seed: int) -> None:
-        g = torch.Generator().manual_seed(seed)
-        self.w1 = torch.randn(d, 2 * d, generator=g, dtype=torch.float64) / d ** 0.5
-        self.b1 = 0.1 * torch.randn(2 * d, generator=g, dtype=torch.float64)
-        self.w2 = torch.randn(2 * d, d, generator=g, dtype=torch.float64) / (2 * d) ** 0.5
-        self.calls: list[int] = []
-
-    def __call__(self, x: Any) -> torch.Tensor:
-        if not isinstance(x, torch.Tensor) or x.dim() != 2:
-            raise CheckFailed("call each expert on a (m, d) tensor: the rows of the tokens routed to "
-                              f"it, got {typename(x)}" + (f" of shape {tuple(x.shape)}"
-                                                         if isinstance(x, torch.Tensor) else ""))
-        self.calls.append(x.shape[0])
-        return torch.tanh(x @ self.w1 + self.b1) @ self.w2
-
-    def _uncounted(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.tanh(x @ self.w1 + self.b1) @ self.w2
+def _experts(case: dict) -> list[Callable[[torch.Tensor], torch.Tensor]]:
+    """The case's experts, rebuilt from their weights."""
+    return [lambda x, e=e: torch.tanh(x @ case["w1"][e] + case["b1"][e]) @ case["w2"][e]
+            for e in range(case["w1"].shape[0])]
 
 
-def check_moe_forward(fn: Callable, x: torch.Tensor | None = None, n_experts: int = 4, k: int = 2) -> None:
-    """``fn(x (T, d), W_g (d, E), experts, k) -> y (T, d)``: ``y_i = Σ_{e ∈ top-k} w_ie · expert_e(x_i)``
-    with renormalised weights, each expert called once on exactly the tokens routed to it. Chapter 8."""
-    x = seeded(81, 10, 6) if x is None else x
+def _counts(value: Any, n_experts: int, what: str) -> list[int]:
+    if not isinstance(value, list) or len(value) != n_experts or not all(isinstance(v, int) for v in value):
+        raise CheckFailed(f"{what}: the check could not count the calls of the experts")
+    return value
+
+
+@judge("moe_forward", compare=("y",), atol=1e-9, rtol=1e-9,
+       ok=lambda cases, outs: "MoE forward of " + ", ".join(
+           f"{c['x'].shape[0]} token{'s' * (c['x'].shape[0] != 1)}, top-{c['k']} of {c['w1'].shape[0]} experts"
+           for c in cases)
+       + ": equals the per-token sum, each expert called once on exactly its tokens")
+def _moe_forward(case: dict, out: dict) -> None:
+    x, W_g, k, what = case["x"], case["W_g"], case["k"], case["what"]
     T, d = x.shape
-    W_g = seeded(82, d, n_experts)
-    experts = [_Expert(d, 83 + e) for e in range(n_experts)]
-    weights, idx = _reference_routing(x @ W_g, k)
-    expected = torch.zeros_like(x)
-    for i in range(T):
-        for j in range(k):
-            expected[i] += weights[i, j] * experts[int(idx[i, j])]._uncounted(x[i:i + 1])[0]
-    got_t = call(fn, x.clone(), W_g.clone(), list(experts), k, what="moe_forward(x, W_g, experts, k)")
-    got = as_array(got_t, "y")
-    record("moe_forward", {"y": got}, atol=1e-9, rtol=1e-9)
-    check_shape(got, (T, d), "moe_forward(x, W_g, experts, k)", "one output row per token")
-    routed = torch.bincount(idx.reshape(-1), minlength=n_experts).tolist()
-    calls = [ex.calls for ex in experts]
+    n_experts = case["w1"].shape[0]
+    misuse = out.get("misuse") or []
+    if misuse:
+        got = misuse[0]
+        shape = f"a tensor of shape {tuple(got)}" if isinstance(got, list) else "something that is not a tensor"
+        raise CheckFailed(f"call each expert on a (m, d) tensor with d = {d}: the rows of the tokens routed to "
+                          f"it, got {shape}")
+    experts = _experts(case)
+    weights, idx = _routing(x @ W_g, k)
     probs = torch.softmax(x @ W_g, -1)
     raw = probs.gather(1, idx)
-    unnormalised = torch.zeros_like(x)
-    overwrite = torch.zeros_like(x)
+    expected, unnormalised, overwrite = torch.zeros_like(x), torch.zeros_like(x), torch.zeros_like(x)
     for i in range(T):
         for j in range(k):
-            out = experts[int(idx[i, j])]._uncounted(x[i:i + 1])[0]
-            unnormalised[i] += raw[i, j] * out
+            row = experts[int(idx[i, j])](x[i:i + 1])[0]
+            expected[i] += weights[i, j] * row
+            unnormalised[i] += raw[i, j] * row
     for e in range(n_experts):                    # later experts overwrite earlier ones
         token, slot = torch.where(idx == e)
-        overwrite[token] = weights[token, slot, None] * experts[e]._uncounted(x[token])
+        overwrite[token] = weights[token, slot, None] * experts[e](x[token])
+    got = as_array(out["y"], "y")
+    check_shape(got, (T, d), what, "one output row per token")
     if close(got, unnormalised.numpy(), 1e-9, 1e-9):
         fail("the outputs are weighted by the raw top-k probabilities: renormalise them to sum to 1 "
              "over each token's k experts", expected.numpy(), got)
@@ -136,39 +272,38 @@ def check_moe_forward(fn: Callable, x: torch.Tensor | None = None, n_experts: in
     if not close(got, expected.numpy(), 1e-9, 1e-9):
         fail("y differs from Σ over each token's top-k experts of w_ie · expert_e(x_i) with "
              "renormalised weights (atol 1e-9)", expected.numpy(), got)
-    for e, (made, want) in enumerate(zip(calls, routed)):
-        if len(made) > 1:
-            raise CheckFailed(f"expert {e} was called {len(made)} times: batch the dispatch, calling "
+    routed = torch.bincount(idx.reshape(-1), minlength=n_experts).tolist()
+    calls, rows = _counts(out.get("calls"), n_experts, what), _counts(out.get("rows"), n_experts, what)
+    for e, (made, processed, want) in enumerate(zip(calls, rows, routed)):
+        if made > 1:
+            raise CheckFailed(f"expert {e} was called {made} times: batch the dispatch, calling "
                               "each expert once on all the tokens routed to it (not once per token)")
-        if sum(made) != want:
-            raise CheckFailed(f"expert {e} processed {sum(made)} rows but {want} tokens are routed to it: "
+        if processed != want:
+            raise CheckFailed(f"expert {e} processed {processed} rows but {want} tokens are routed to it: "
                               "run each expert only on its own tokens (running every expert on every "
                               "token costs E/k times the compute a mixture of experts saves)")
-    ok(f"MoE forward of {T} tokens, top-{k} of {n_experts} experts: equals the per-token sum, each "
-       "expert called once on exactly its tokens")
 
 
-def check_balancing_loss(fn: Callable, probs: torch.Tensor | None = None,
-                         expert_index: torch.Tensor | None = None) -> None:
-    """``fn(router_probs (T, E), expert_index (T, k), n_experts) -> scalar``
-    ``E · Σ_e f_e · P_e`` with f_e the share of the T·k assignments and P_e the mean probability;
-    differentiable through ``router_probs``. Chapter 8."""
-    if probs is None:
-        probs = torch.softmax(seeded(84, 12, 4, scale=1.5), -1)
+@judge("balancing_loss", compare=("grad",), atol=1e-9, rtol=1e-9,
+       ok=lambda cases, outs: "balancing loss = E·Σ f·P for " + ", ".join(
+           f"T = {c['probs'].shape[0]}, E = {c['probs'].shape[1]}, k = {c['expert_index'].shape[1]}"
+           for c in cases if not c["balanced"]) + "; 1 at balance; gradient E·f_e/T through the probabilities")
+def _balancing_loss(case: dict, out: dict) -> None:
+    probs, expert_index = case["probs"], case["expert_index"]
     T, E = probs.shape
-    expert_index = probs.topk(2, -1).indices if expert_index is None else expert_index
     k = expert_index.shape[1]
-    leaf = probs.clone().requires_grad_(True)
     counts = torch.bincount(expert_index.reshape(-1), minlength=E).to(probs.dtype)
     f, P = counts / (T * k), probs.mean(0)
     expected = float(E * (f * P).sum())
-    grad_expected = (E * f / T).expand(T, E).numpy()   # ∂L/∂p_ie = E f_e / T
-    result = call(fn, leaf, expert_index.clone(), E, what="balancing_loss(router_probs, expert_index, n_experts)")
+    result = out["loss"]
     if not isinstance(result, torch.Tensor) or result.numel() != 1:
         raise CheckFailed("balancing_loss must return a one-element torch.Tensor (a scalar you can "
-                          f"backpropagate through), got {typename(result)}")
-    got = float(result.detach())
-    record("balancing_loss", {"loss": np.array([got])}, atol=1e-9, rtol=1e-9)
+                          f"backpropagate through), got {typename(result)}"
+                          + (f" of shape {tuple(result.shape)}" if isinstance(result, torch.Tensor) else ""))
+    got = number(result, case["what"])
+    if case["balanced"] and abs(got - expected) > 1e-9:
+        fail("at perfect balance (every expert the same share, uniform probabilities) the loss must be 1",
+             expected, got)
     variants = {
         f"the shares f_e are divided by T tokens instead of the T·k = {T * k} assignments (the loss "
         f"must be 1 at balance for every k, not k)": float(E * (counts / T * P).sum()),
@@ -182,19 +317,12 @@ def check_balancing_loss(fn: Callable, probs: torch.Tensor | None = None,
             fail(hint, expected, got)
     if not abs(got - expected) < 1e-9:
         fail("the loss differs from E · Σ_e f_e · P_e (atol 1e-9)", expected, got)
-    if not result.requires_grad:
+    grad = out.get("grad")
+    if not out.get("requires_grad") or grad is None:
         raise CheckFailed("the loss carries no gradient: compute P_e from router_probs with torch "
                           "operations (no .detach(), .item() or numpy), so the router can learn from it")
-    grad, = torch.autograd.grad(result.reshape(()), leaf)
-    if not close(grad.numpy(), grad_expected, 1e-9, 1e-9):
+    grad_expected = (E * f / T).expand(T, E).numpy()   # ∂L/∂p_ie = E f_e / T
+    got_grad = as_array(grad, "the gradient") if not isinstance(grad, Opaque) else np.zeros(0)
+    if not close(got_grad, grad_expected, 1e-9, 1e-9):
         fail("the gradient with respect to router_probs must be E·f_e/T (the counts f_e are constants, "
-             "the gradient flows through P_e only)", grad_expected, grad.numpy())
-    balanced_probs = torch.full((4 * E, E), 1.0 / E, dtype=probs.dtype)
-    balanced_index = torch.stack([torch.arange(4 * E) % E, (torch.arange(4 * E) + 1) % E], 1)
-    at_balance = call(fn, balanced_probs, balanced_index, E, what="balancing_loss at perfect balance")
-    value = float(torch.as_tensor(at_balance).detach())
-    if abs(value - 1) > 1e-9:
-        fail("at perfect balance (every expert the same share, uniform probabilities) the loss must be 1",
-             1.0, value)
-    ok(f"balancing loss {got:.4f} = E·Σ f·P for T = {T}, E = {E}, k = {k}; 1 at balance; "
-       "gradient E·f_e/T through the probabilities")
+             "the gradient flows through P_e only)", grad_expected, got_grad)

@@ -1,22 +1,23 @@
 """Checks for the chapter 9 exercises: the exact parameter count of a configuration, the forward
 FLOPs per token, and the sequence length at which attention overtakes the weight matrices.
 
-A configuration is a plain dict (see :data:`EXAMPLE_CONFIG`). The parameter reference is a model
-built from ``torch.nn`` layers on the meta device and counted; the FLOP reference is
-``FlopCounterMode`` run over a forward pass of the course's ``GPT`` built from the same
-configuration; the crossover reference is derived from two such FLOP counts. No helper here
-computes an answer. Chapter 9.
+A configuration is a plain dict (see :data:`EXAMPLE_CONFIG`); a case carries its entries as
+data. Above the judging line: what runs in the student's kernel (the configurations, visible and
+hidden, the calls of the student's functions, and a watch that notes, as data, the first tensor
+the student's function makes that is as large as a weight matrix: a model being built and
+measured). Below it: the judges and their references, which run in the grader: a model built
+from ``torch.nn`` layers on the meta device and counted, ``FlopCounterMode`` over a forward pass
+of the course's ``GPT`` built from the configuration, and two such counts for the crossover.
+Chapter 9.
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
 import torch
-from torch import nn
 from torch.overrides import TorchFunctionMode
-from torch.utils.flop_counter import FlopCounterMode
 
-from .._checktools import CheckFailed, call, ok, record, typename
+from .._harness import call, draw, hidden_generator, run_check
 
 __all__ = ["EXAMPLE_CONFIG", "check_param_count", "check_flops_per_token", "check_crossover_n"]
 
@@ -25,13 +26,139 @@ EXAMPLE_CONFIG: dict[str, Any] = dict(  # GPT-2 small
     d_ff=3072, mlp="gelu", norm="layernorm", bias=True, tied_embeddings=True,
     positional="learned")
 
-_KEYS = set(EXAMPLE_CONFIG)
+_KEYS = tuple(EXAMPLE_CONFIG)
 
 
 def _validate(cfg: dict) -> dict:
-    if not isinstance(cfg, dict) or set(cfg) != _KEYS:
+    if not isinstance(cfg, dict) or set(cfg) != set(_KEYS):
         raise ValueError(f"a configuration is a dict with the keys {sorted(_KEYS)}")
     return dict(cfg)
+
+
+class _Sizes(TorchFunctionMode):
+    """Note the shape of the first torch result with at least ``size`` entries."""
+
+    def __init__(self, size: int, found: list[list[int]]) -> None:
+        super().__init__()
+        self.size, self.found = size, found
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        out = func(*args, **(kwargs or {}))
+        if isinstance(out, torch.Tensor) and out.numel() >= self.size and not self.found:
+            self.found.append(list(out.shape))
+        return out
+
+
+def _run(fn: Callable, case: dict, *args: Any) -> dict:
+    """The student's answer for the case's configuration, and the shape of the first tensor it
+    made as large as a d_model × d_model weight (None if none)."""
+    cfg = {key: case[key] for key in _KEYS}
+    found: list[list[int]] = []
+    with _Sizes(max(1024, cfg["d_model"] ** 2), found):
+        answer = call(fn, cfg, *args)
+    return {"answer": answer, "built": found[0] if found else None}
+
+
+def _case(cfg: dict, what: str, **extra: Any) -> dict:
+    return dict(_validate(cfg), what=what, **extra)
+
+
+def _random_config(g: torch.Generator, *, mlp: str, norm: str, bias: bool, tied: bool, positional: str,
+                   gqa: bool, heads: tuple[int, int], d_head: tuple[int, int], layers: tuple[int, int],
+                   vocab: tuple[int, int], n_ctx: tuple[int, int]) -> dict:
+    """A decoder configuration with the given choices and sizes drawn from the given ranges (an even
+    d_head for RoPE; with ``gqa`` fewer key/value heads than query heads, a divisor of them)."""
+    n_heads = draw(g, *heads)
+    divisors = [k for k in range(1, n_heads) if n_heads % k == 0] if gqa else [n_heads]
+    n_kv = divisors[draw(g, 0, len(divisors) - 1)] if divisors else n_heads
+    dh = draw(g, *d_head)
+    dh += dh % 2 if positional == "rope" else 0
+    d = n_heads * dh
+    return dict(vocab_size=draw(g, *vocab), n_ctx=draw(g, *n_ctx), d_model=d, n_layers=draw(g, *layers),
+                n_heads=n_heads, n_kv_heads=n_kv, d_ff=draw(g, d, 4 * d), mlp=mlp, norm=norm, bias=bias,
+                tied_embeddings=tied, positional=positional)
+
+
+def _coin(g: torch.Generator) -> bool:
+    return bool(draw(g, 0, 1))
+
+
+# ---------------------------------------------------------------- 9.1 the exact parameter count
+
+def check_param_count(fn: Callable, cfg: dict | None = None, hidden: int = 0) -> None:
+    """``fn(cfg) -> int``: the exact number of parameters of the decoder ``cfg`` describes. Chapter 9."""
+    if hidden:
+        g = hidden_generator("param_count", hidden)
+        big = dict(heads=(16, 64), d_head=(64, 128), layers=(16, 80), vocab=(30000, 130000), n_ctx=(2048, 8192))
+        small = dict(heads=(2, 8), d_head=(4, 24), layers=(1, 4), vocab=(50, 2000), n_ctx=(16, 300))
+        configs = [  # LLaMA-like at full size; the odd small ones flip every choice; one all at random
+            _random_config(g, mlp="swiglu", norm="rmsnorm", bias=False, tied=False, positional="rope",
+                           gqa=_coin(g), **big),
+            _random_config(g, mlp="swiglu", norm="layernorm", bias=True, tied=False, positional="learned",
+                           gqa=True, **small),
+            _random_config(g, mlp="gelu", norm="layernorm", bias=False, tied=True, positional="learned",
+                           gqa=True, **small),
+            _random_config(g, mlp=("gelu", "swiglu")[draw(g, 0, 1)], norm=("layernorm", "rmsnorm")[draw(g, 0, 1)],
+                           bias=_coin(g), tied=_coin(g), positional=("learned", "rope")[draw(g, 0, 1)],
+                           gqa=_coin(g), **small)]
+    else:
+        configs = [EXAMPLE_CONFIG if cfg is None else cfg]
+    cases = [_case(c, "param_count(cfg)") for c in configs]
+    run_check("param_count", fn, cases, _run, hidden)
+
+
+# ---------------------------------------------------------------- 9.2 FLOPs per token
+
+_SMALL_FLOPS = dict(EXAMPLE_CONFIG, vocab_size=1000, n_ctx=256, d_model=64, n_layers=2, n_heads=4, n_kv_heads=4,
+                    d_ff=256)
+_SIZES = dict(heads=(2, 6), d_head=(4, 16), layers=(1, 3), vocab=(50, 1500), n_ctx=(64, 128))
+
+
+def check_flops_per_token(fn: Callable, cfg: dict | None = None, n: int = 128, hidden: int = 0) -> None:
+    """``fn(cfg, n)``: forward matmul FLOPs per token for one sequence of n tokens. Chapter 9."""
+    if hidden:
+        g = hidden_generator("flops_per_token", hidden)
+        configs = [_random_config(g, mlp="swiglu", norm="rmsnorm", bias=False, tied=False, positional="rope",
+                                  gqa=True, **_SIZES),
+                   _random_config(g, mlp="gelu", norm="layernorm", bias=_coin(g), tied=_coin(g),
+                                  positional="learned", gqa=False, **_SIZES)]
+        cases = [_case(configs[0], "flops_per_token(cfg, n)", n=draw(g, 2, 64)),
+                 _case(configs[1], "flops_per_token(cfg, n)", n=draw(g, 1, 20))]
+    else:
+        cases = [_case(_SMALL_FLOPS if cfg is None else cfg, "flops_per_token(cfg, n)", n=n)]
+    run_check("flops_per_token", fn, cases, lambda f, c: _run(f, c, c["n"]), hidden)
+
+
+# ---------------------------------------------------------------- 9.3 the crossover
+
+_SMALL_CROSSOVER = dict(EXAMPLE_CONFIG, vocab_size=100, n_ctx=64, d_model=32, n_layers=1, n_heads=4, n_kv_heads=4,
+                        d_ff=128)
+
+
+def check_crossover_n(fn: Callable, cfg: dict | None = None, hidden: int = 0) -> None:
+    """``fn(cfg) -> float``: the n at which a layer's attention matmuls cost as many FLOPs as its
+    weight matmuls. Chapter 9."""
+    if hidden:
+        g = hidden_generator("crossover_n", hidden)
+        configs = [_random_config(g, mlp="swiglu", norm="rmsnorm", bias=False, tied=False, positional="rope",
+                                  gqa=True, **_SIZES),
+                   _random_config(g, mlp="gelu", norm="layernorm", bias=_coin(g), tied=_coin(g),
+                                  positional="learned", gqa=_coin(g), **_SIZES)]
+    else:
+        configs = [_SMALL_CROSSOVER if cfg is None else cfg]
+    run_check("crossover_n", fn, [_case(c, "crossover_n(cfg)") for c in configs], _run, hidden)
+
+
+# ==== judging: runs in the grader, never loaded into a graded kernel ====
+from torch import nn  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+from .._harness import CheckFailed  # noqa: E402
+from .._judging import judge, number  # noqa: E402
+
+
+def _config(case: dict) -> dict:
+    return {key: case[key] for key in _KEYS}
 
 
 def _norm(c: dict) -> nn.Module:
@@ -39,47 +166,8 @@ def _norm(c: dict) -> nn.Module:
     return nn.RMSNorm(d) if c["norm"] == "rmsnorm" else nn.LayerNorm(d, bias=c["bias"])
 
 
-_STUDENT_RUNNING = [False]  # True while the student's function runs: the references refuse to
-
-
-class _NoWeights(TorchFunctionMode):
-    """Note the first torch result as large as a d_model × d_model weight: a model being built."""
-
-    def __init__(self, size: int, found: list[str]) -> None:
-        super().__init__()
-        self.size, self.found = size, found
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        out = func(*args, **(kwargs or {}))
-        if isinstance(out, torch.Tensor) and out.numel() >= self.size and not self.found:
-            self.found.append(f"creates a tensor of shape {tuple(out.shape)} ({getattr(func, '__name__', func)})")
-        return out
-
-
-def _student(fn: Callable, *args: Any, what: str) -> Any:
-    """Run the student's function through ``call``, with this module's references switched off and
-    without building the model: the count comes from the configuration, by arithmetic."""
-    found: list[str] = []
-    _STUDENT_RUNNING[0] = True
-    try:
-        with _NoWeights(max(1024, args[0]["d_model"] ** 2), found):
-            out = call(fn, *args, what=what)
-    finally:
-        _STUDENT_RUNNING[0] = False
-    if found:
-        raise CheckFailed(f"{what} {found[0]}, the size of a weight matrix: it builds the model (or its "
-                          "weights) and measures it. Derive the count from cfg with arithmetic instead")
-    return out
-
-
-def _refuse() -> None:
-    if _STUDENT_RUNNING[0]:
-        raise CheckFailed("your function uses the check's own reference: compute the count from cfg")
-
-
 def _reference_model(c: dict) -> nn.Module:
     """The configuration as torch.nn layers (meta device): one Linear per projection."""
-    _refuse()
     d, kv = c["d_model"], c["n_kv_heads"] * (c["d_model"] // c["n_heads"])
     b, f = c["bias"], c["d_ff"]
     with torch.device("meta"):
@@ -105,34 +193,61 @@ def _count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())  # a shared (tied) matrix once
 
 
-def _as_number(value: Any, what: str, integer: bool) -> float:
-    if isinstance(value, torch.Tensor) and value.numel() == 1:
-        value = value.item()
-    if hasattr(value, "item") and not isinstance(value, (int, float)):  # a NumPy scalar
-        value = value.item()
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise CheckFailed(f"{what}: expected a number, got {typename(value)}")
-    if integer and (isinstance(value, float) and not value.is_integer()):
+def _library_model(c: dict):  # noqa: ANN202
+    from transformer_lib.config import ModelConfig
+    from transformer_lib.model import GPT
+    return GPT(ModelConfig(**c)).eval()
+
+
+_FLOPS: dict[tuple, int] = {}  # the counts made so far (a grading run judges the same configurations again)
+
+
+def _reference_flops(c: dict, n: int) -> int:
+    """Matmul FLOPs of one forward pass over n tokens, counted by FlopCounterMode."""
+    key = (*sorted(c.items()), n)
+    if key not in _FLOPS:
+        model = _library_model(c)
+        idx = torch.zeros(1, n, dtype=torch.long)
+        with FlopCounterMode(display=False) as counter, torch.no_grad():
+            model(idx)
+        if len(_FLOPS) > 1000:
+            _FLOPS.clear()
+        _FLOPS[key] = counter.get_total_flops()
+    return _FLOPS[key]
+
+
+def _answer(case: dict, out: dict, integer: bool) -> float:
+    """The student's number, after the watch's verdict on building the model."""
+    what = case["what"]
+    built = out.get("built")
+    if isinstance(built, list) and all(isinstance(s, int) for s in built):
+        raise CheckFailed(f"{what} creates a tensor of shape {tuple(built)}, the size of a weight matrix: it builds "
+                          "the model (or its weights) and measures it. Derive the count from cfg with arithmetic "
+                          "instead")
+    value = number(out["answer"], what)
+    if integer and isinstance(value, float) and not value.is_integer():
         raise CheckFailed(f"{what}: a parameter count is a whole number, got {value!r}")
     return value
 
 
-def _fail(message: str, expected: Any, got: Any, show_expected: bool = True) -> None:
-    shown = f"\n  expected: {expected:,}" if show_expected else ""
-    raise CheckFailed(f"{message}{shown}\n  got:      {got:,}")
+def _fail(message: str, expected: Any, got: Any) -> None:
+    raise CheckFailed(f"{message}\n  expected: {expected:,}\n  got:      {got:,}")
 
 
-def check_param_count(fn: Callable, cfg: dict | None = None) -> None:
-    """``fn(cfg) -> int``: the exact number of parameters of the decoder ``cfg`` describes. Chapter 9."""
-    c = _validate(EXAMPLE_CONFIG if cfg is None else cfg)
+def _described(c: dict) -> str:
+    return (f"{c['n_layers']} layers, d_model {c['d_model']}, {c['mlp']}, "
+            f"{'tied' if c['tied_embeddings'] else 'untied'}")
+
+
+@judge("param_count", ok=lambda cases, outs: "param_count = " + ", ".join(
+    f"{_count(_reference_model(_config(c))):,} ({_described(c)})" for c in cases)
+    + ": the parameters of the model built from each configuration")
+def _param_count(case: dict, out: dict) -> None:
+    c = _config(case)
     model = _reference_model(c)
     expected = _count(model)
-    got = _as_number(_student(fn, dict(c), what="param_count(cfg)"), "param_count(cfg)", integer=True)
-    record("param_count", {"count": float(got)})
+    got = _answer(case, out, integer=True)
     if got == expected:
-        ok(f"param_count = {expected:,}, the parameters of the model built from this configuration "
-           f"({c['n_layers']} layers, d_model {c['d_model']}, {c['mlp']}, "
-           f"{'tied' if c['tied_embeddings'] else 'untied'})")
         return
     d, L, V, f = c["d_model"], c["n_layers"], c["vocab_size"], c["d_ff"]
     kv = c["n_kv_heads"] * (d // c["n_heads"])
@@ -171,34 +286,15 @@ def check_param_count(fn: Callable, cfg: dict | None = None) -> None:
     _fail("param_count differs from the number of parameters of the built model", expected, got)
 
 
-def _library_model(c: dict):  # noqa: ANN202
-    from transformer_lib.config import ModelConfig
-    from transformer_lib.model import GPT
-    return GPT(ModelConfig(**c)).eval()
-
-
-def _reference_flops(c: dict, n: int) -> int:
-    """Matmul FLOPs of one forward pass over n tokens, counted by FlopCounterMode."""
-    _refuse()
-    model = _library_model(c)
-    idx = torch.zeros(1, n, dtype=torch.long)
-    with FlopCounterMode(display=False) as counter, torch.no_grad():
-        model(idx)
-    return counter.get_total_flops()
-
-
-def check_flops_per_token(fn: Callable, cfg: dict | None = None, n: int = 128) -> None:
-    """``fn(cfg, n)``: forward matmul FLOPs per token for one sequence of n tokens. Chapter 9."""
-    c = _validate(dict(EXAMPLE_CONFIG, vocab_size=1000, n_ctx=256, d_model=64, n_layers=2,
-                       n_heads=4, n_kv_heads=4, d_ff=256) if cfg is None else cfg)
+@judge("flops_per_token", ok=lambda cases, outs: "flops_per_token = " + ", ".join(
+    f"{_reference_flops(_config(c), c['n']) / c['n']:,.0f} at n = {c['n']}" for c in cases)
+    + ", as FlopCounterMode counts a forward pass of the built model (divided by n)")
+def _flops_per_token(case: dict, out: dict) -> None:
+    c, n = _config(case), case["n"]
     total = _reference_flops(c, n)
     expected = total / n
-    got = _as_number(_student(fn, dict(c), n, what="flops_per_token(cfg, n)"), "flops_per_token(cfg, n)",
-                     integer=False)
-    record("flops_per_token", {"flops": float(got)})
+    got = _answer(case, out, integer=False)
     if abs(got - expected) <= 1e-9 * expected:
-        ok(f"flops_per_token = {expected:,.0f} at n = {n}, as FlopCounterMode counts a forward pass of "
-           f"the built model ({total:,} FLOPs / {n} tokens)")
         return
     d, L, V = c["d_model"], c["n_layers"], c["vocab_size"]
     attn = 4 * L * n * d
@@ -213,26 +309,32 @@ def check_flops_per_token(fn: Callable, cfg: dict | None = None, n: int = 128) -
     for value, hint in hints:
         if abs(got - value) <= 1e-9 * max(abs(value), 1):
             _fail(f"flops_per_token: {hint}", expected, got)
-    _fail(f"flops_per_token differs from FlopCounterMode's count on the built model (n = {n})",
-          expected, got)
+    _fail(f"flops_per_token differs from FlopCounterMode's count on the built model (n = {n})", expected, got)
 
 
-def check_crossover_n(fn: Callable, cfg: dict | None = None) -> None:
-    """``fn(cfg) -> float``: the n at which a layer's attention matmuls cost as many FLOPs as its
-    weight matmuls. Chapter 9."""
-    c = _validate(dict(EXAMPLE_CONFIG, vocab_size=100, n_ctx=64, d_model=32, n_layers=1, n_heads=4,
-                       n_kv_heads=4, d_ff=128) if cfg is None else cfg)
-    small = dict(c, vocab_size=16, n_layers=1, n_ctx=c["n_ctx"])
-    n1, n2 = 8, 16  # per-token FLOPs are a + b·n: a from the weights (and head), b from attention
+def _reference_crossover(c: dict) -> float:
+    """Per-token FLOPs are a + b·n: a from the weights (and the head), b from attention; measured at
+    two lengths on one layer with a small vocabulary."""
+    small = dict(c, vocab_size=16, n_layers=1, n_ctx=max(16, c["n_ctx"]))
+    n1, n2 = 8, 16
     f1, f2 = _reference_flops(small, n1) / n1, _reference_flops(small, n2) / n2
     slope = (f2 - f1) / (n2 - n1)
     weights = f1 - slope * n1 - 2 * small["d_model"] * small["vocab_size"]  # without the head
-    expected = weights / slope
-    got = _as_number(_student(fn, dict(c), what="crossover_n(cfg)"), "crossover_n(cfg)", integer=False)
-    record("crossover_n", {"n": float(got)})
+    return weights / slope
+
+
+def _crossover_ok(cases: list[dict], outs: list[dict]) -> str:
+    found = [(_reference_crossover(_config(c)), c["d_model"]) for c in cases]
+    return ("crossover_n = " + ", ".join(f"{x:g} = {x / d:g}·d_model" for x, d in found)
+            + ": attention matmuls equal the weight matmuls there, as FlopCounterMode finds at two lengths")
+
+
+@judge("crossover_n", ok=_crossover_ok)
+def _crossover_n(case: dict, out: dict) -> None:
+    c = _config(case)
+    expected = _reference_crossover(c)
+    got = _answer(case, out, integer=False)
     if abs(got - expected) <= 1e-6 * expected:
-        ok(f"crossover_n = {expected:g} = {expected / c['d_model']:g}·d_model: attention matmuls "
-           "equal the weight matmuls there, as FlopCounterMode finds at two lengths")
         return
     d = c["d_model"]
     hints = [(d, "n > d is the rule of thumb without constants: compare 4·n·d (attention) with the "
@@ -245,3 +347,4 @@ def check_crossover_n(fn: Callable, cfg: dict | None = None) -> None:
         if abs(got - value) <= 1e-6 * value:
             _fail(f"crossover_n: {hint}", expected, got)
     _fail("crossover_n differs from the length at which the two FLOP counts are equal", expected, got)
+

@@ -1,40 +1,229 @@
 """Checks for the appendix exercises (Exercises 10): cross-sectional attention from given
 projections, patchify, the [CLS] token with positions, and linear attention in O(n).
 
-Each check computes its reference inside the function; no helper here computes an answer.
-Chapter 10.
+Above the judging line: what runs in the student's kernel (the inputs, visible and hidden, the
+calls of the student's functions and, for linear attention, what the kernel must measure while
+the student's function runs: the work its torch operations do, counted at the dispatch level at
+two sizes, the first tensor with an n × m pair of axes, and any way out of torch). Below it: the
+judges, which compute their references from the inputs, decide the growth rule and run in the
+grader. Chapter 10.
 """
 from __future__ import annotations
 
-import math
-from typing import Callable
+from typing import Any, Callable
 
-import numpy as np
 import torch
-import torch.nn.functional as F
 from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.flop_counter import flop_registry
 
-from .._checktools import (CheckFailed, as_array, call, check_finite, check_shape, close, fail, ok, record,
-                           seeded, unpack_pair)
+from .._harness import call, draw, hidden_generator, randn, run_check, seeded
 
 __all__ = ["check_cross_section_attention", "check_patchify", "check_vit_tokens", "check_linear_attention"]
 
 _ATTENTION = ("scaled_dot_product_attention", "multi_head_attention")
 _PATCHES = ("unfold", "im2col", "conv", "pixel_unshuffle")
+_LINEAR_BANS = _ATTENTION + ("softmax",)
 
 
 # ------------------------------------------------------------------------ 10.1 cross-sectional attention
 
 def check_cross_section_attention(fn: Callable, X_t: torch.Tensor | None = None, X_r: torch.Tensor | None = None,
                                   W_Q: torch.Tensor | None = None, W_K: torch.Tensor | None = None,
-                                  W_V: torch.Tensor | None = None) -> None:
+                                  W_V: torch.Tensor | None = None, hidden: int = 0) -> None:
     """``fn(X_t (n_t, d), X_r (n_r, d), W_Q (d, d_k), W_K (d, d_k), W_V (d, d_v)) -> (Z (n_t, d_v),
     A (n_t, n_r))``: the targets X_t attend to the reference firms X_r. Chapter 10."""
-    X_t = seeded(30, 4, 5) if X_t is None else X_t
-    X_r = seeded(31, 6, 5) if X_r is None else X_r
-    W_Q = seeded(32, 5, 3) if W_Q is None else W_Q
-    W_K = seeded(33, 5, 3) if W_K is None else W_K
-    W_V = seeded(34, 5, 2) if W_V is None else W_V
+    if hidden:
+        g = hidden_generator("cross_section_attention", hidden)
+        cases = []
+        for n_t, n_r, scale in [(draw(g, 5, 9), draw(g, 2, 4), 1.0),      # more targets than reference firms
+                                (draw(g, 3, 6), draw(g, 7, 12), 20.0),    # large features: a stable softmax
+                                (draw(g, 1, 3), draw(g, 1, 3), 1.0)]:     # a single target or firm
+            d, d_k, d_v = draw(g, 2, 7), draw(g, 1, 6), draw(g, 1, 5)
+            cases.append(dict(X_t=randn(g, n_t, d, scale=scale), X_r=randn(g, n_r, d, scale=scale),
+                              W_Q=randn(g, d, d_k), W_K=randn(g, d, d_k), W_V=randn(g, d, d_v)))
+    else:
+        cases = [dict(X_t=seeded(30, 4, 5) if X_t is None else X_t, X_r=seeded(31, 6, 5) if X_r is None else X_r,
+                      W_Q=seeded(32, 5, 3) if W_Q is None else W_Q, W_K=seeded(33, 5, 3) if W_K is None else W_K,
+                      W_V=seeded(34, 5, 2) if W_V is None else W_V)]
+    for case in cases:
+        case["what"] = "cross_section_attention(X_t, X_r, W_Q, W_K, W_V)"
+    run_check("cross_section_attention", fn, cases, lambda f, c: {"result": call(
+        f, *(c[key].clone() for key in ("X_t", "X_r", "W_Q", "W_K", "W_V")), banned=_ATTENTION)}, hidden)
+
+
+# ------------------------------------------------------------------------ 10.2 patchify
+
+def check_patchify(fn: Callable, images: torch.Tensor | None = None, p: int | None = None, hidden: int = 0) -> None:
+    """``fn(images (b, C, H, W), p) -> (b, (H/p)(W/p), C·p·p)``: row-major patches, each flattened
+    channel, then pixel row, then pixel column. Chapter 10."""
+    if hidden:
+        g = hidden_generator("patchify", hidden)
+        cases = []
+        for p_, rows, cols in [(draw(g, 2, 4), draw(g, 2, 3), draw(g, 3, 4)),   # more columns than rows
+                               (draw(g, 2, 3), draw(g, 3, 4), 1),              # one column of patches
+                               (draw(g, 4, 5), 1, draw(g, 2, 3))]:             # one row of patches
+            cases.append(dict(images=randn(g, draw(g, 1, 3), draw(g, 1, 3), rows * p_, cols * p_), p=p_))
+    else:
+        cases = [dict(images=seeded(40, 2, 3, 8, 8) if images is None else images, p=4 if p is None else p)]
+    for case in cases:
+        case["what"] = f"patchify(images, p={case['p']})"
+    run_check("patchify", fn, cases,
+              lambda f, c: {"patches": call(f, c["images"].clone(), c["p"], banned=_PATCHES)}, hidden)
+
+
+# ------------------------------------------------------------------------ 10.3 [CLS] and positions
+
+def check_vit_tokens(fn: Callable, patches: torch.Tensor | None = None, W_E: torch.Tensor | None = None,
+                     cls: torch.Tensor | None = None, pos: torch.Tensor | None = None, hidden: int = 0) -> None:
+    """``fn(patches (b, L, P), W_E (P, d), cls (d,), pos (1 + L, d)) -> (b, 1 + L, d)``:
+    [CLS] at position 0, then the embedded patches, plus the position of every token. Chapter 10."""
+    if hidden:
+        g = hidden_generator("vit_tokens", hidden)
+        cases = []
+        one = draw(g, 2, 5)
+        for b, L, P, d in [(draw(g, 2, 3), draw(g, 9, 16), draw(g, 2, 6), draw(g, 7, 10)),
+                           (1, 1, one, one)]:                           # one image of one patch; P = d
+            cases.append(dict(patches=randn(g, b, L, P), W_E=randn(g, P, d), cls=randn(g, d), pos=randn(g, 1 + L, d)))
+    else:
+        cases = [dict(patches=seeded(50, 2, 4, 6) if patches is None else patches,
+                      W_E=seeded(51, 6, 3) if W_E is None else W_E, cls=seeded(52, 3) if cls is None else cls,
+                      pos=seeded(53, 5, 3) if pos is None else pos)]
+    for case in cases:
+        case["what"] = "vit_tokens(patches, W_E, cls, pos)"
+    run_check("vit_tokens", fn, cases, lambda f, c: {"tokens": call(
+        f, *(c[key].clone() for key in ("patches", "W_E", "cls", "pos")))}, hidden)
+
+
+# ------------------------------------------------------------------------ 10.4 linear attention
+
+_LEAVING = ("numpy", "tolist", "__array__", "item", "__dlpack__")  # ways out of torch
+
+
+def _pair(t: torch.Tensor, pairs: set[tuple[int, int]]) -> bool:
+    return any(tuple(t.shape[i:i + 2]) in pairs for i in range(t.dim() - 1))
+
+
+class _Results(TorchFunctionMode):
+    """Note the first torch result the student's code gets with an (n, m) or (m, n) pair of axes,
+    and the first way out of torch (``.numpy()``, ``.tolist()``, …)."""
+
+    def __init__(self, pairs: set[tuple[int, int]], seen: dict[str, Any]) -> None:
+        super().__init__()
+        self.pairs, self.seen = pairs, seen
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        name = getattr(func, "__name__", "")
+        if name in _LEAVING and self.seen["left"] is None:
+            self.seen["left"] = name
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor) and self.seen["made"] is None and _pair(t, self.pairs):
+                self.seen["made"], self.seen["made_by"] = list(t.shape), name
+        return out
+
+
+class _Work(TorchDispatchMode):
+    """Count the work of every aten operation (what torch runs, also inside einsum, matmul and every
+    composite function): its FLOPs where torch's FlopCounterMode knows them (mm, bmm, …), plus the
+    entries it reads and writes (a view reads and writes nothing). Note the first operation that
+    makes a tensor with an (n, m) or (m, n) pair of axes."""
+
+    def __init__(self, pairs: set[tuple[int, int]], seen: dict[str, Any]) -> None:
+        super().__init__()
+        self.pairs, self.seen, self.work = pairs, seen, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        outs = [t for t in tree_leaves(out) if isinstance(t, torch.Tensor)]
+        schema, packet = getattr(func, "_schema", None), getattr(func, "_overloadpacket", func)
+        view = schema is not None and any(r.alias_info is not None and not r.alias_info.is_write
+                                          for r in schema.returns)
+        if not view:
+            flops = flop_registry.get(packet)
+            try:
+                self.work += int(flops(*args, **kwargs, out_val=out)) if flops is not None else 0
+            except Exception:  # noqa: BLE001 - an argument form the formula does not know: its entries still count
+                pass
+            self.work += sum(t.numel() for t in tree_leaves((args, kwargs)) if isinstance(t, torch.Tensor))
+            self.work += sum(t.numel() for t in outs)
+        for t in outs:
+            if self.seen["inside"] is None and _pair(t, self.pairs):
+                self.seen["inside"], self.seen["inside_op"] = list(t.shape), getattr(packet, "__name__", "")
+        return out
+
+
+def _run_linear(fn: Callable, case: dict) -> dict:
+    """The student's linear attention at the case's two sizes, with the work done at each."""
+    seen: dict[str, Any] = dict(left=None, made=None, made_by=None, inside=None, inside_op=None)
+    out: dict[str, Any] = {}
+    work = []
+    for size in ("", "2"):
+        q, k, v = (case[key + size].clone() for key in ("q", "k", "v"))
+        n, m = q.shape[-2], k.shape[-2]
+        counter = _Work({(n, m), (m, n)}, seen)
+        with counter, _Results({(n, m), (m, n)}, seen):
+            out["Z" + size] = call(fn, q, k, v, banned=_LINEAR_BANS)
+        work.append(counter.work)
+    return dict(out, work=work, **seen)
+
+
+def _linear_case(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Generator | None,
+                 scale: float = 1.0) -> dict:
+    """A case: Q, K, V and, for the growth of the work, Q, K, V with 4 times the queries and keys."""
+    lead, (n, d_k), (m, d_v) = q.shape[:-2], q.shape[-2:], v.shape[-2:]
+    big = [(4 * n, d_k), (4 * m, d_k), (4 * m, d_v)]
+    if g is None:
+        q2, k2, v2 = (seeded(63 + i, *lead, s, d, scale=1.5 if i < 2 else 1.0) for i, (s, d) in enumerate(big))
+    else:
+        q2, k2, v2 = (randn(g, *lead, s, d, scale=scale) for s, d in big)
+    return dict(q=q, k=k, v=v, q2=q2, k2=k2, v2=v2, what="linear_attention(Q, K, V)")
+
+
+_PRIMES = (23, 29, 31, 37, 41, 43, 47, 53, 59, 61)  # n and m: no product of the other axes equals them
+
+
+def check_linear_attention(fn: Callable, q: torch.Tensor | None = None, k: torch.Tensor | None = None,
+                           v: torch.Tensor | None = None, hidden: int = 0) -> None:
+    """``fn(Q (…, n, d_k), K (…, m, d_k), V (…, m, d_v)) -> (…, n, d_v)`` with φ = elu + 1, in O(n):
+    equal to the quadratic form ``(φ(Q)φ(K)ᵀ / row sums) V`` without an n × m tensor, and with work
+    (counted at the dispatch level) that grows like n + m, not n·m. Chapter 10."""
+    if hidden:
+        g = hidden_generator("linear_attention", hidden)
+        cases = []
+        for dims, scale in [(0, 1.0), (1, 1.0), (2, 3.0)]:
+            lead = [draw(g, 1, 3) for _ in range(dims)]
+            i = draw(g, 0, len(_PRIMES) - 1)
+            n, m = _PRIMES[i], _PRIMES[(i + draw(g, 1, len(_PRIMES) - 1)) % len(_PRIMES)]
+            d_k, d_v = draw(g, 2, 8), draw(g, 1, 8)
+            cases.append(_linear_case(randn(g, *lead, n, d_k, scale=scale), randn(g, *lead, m, d_k, scale=scale),
+                                      randn(g, *lead, m, d_v), g, scale))
+    else:
+        cases = [_linear_case(seeded(60, 48, 4, scale=1.5) if q is None else q,
+                              seeded(61, 64, 4, scale=1.5) if k is None else k,
+                              seeded(62, 64, 3) if v is None else v, None)]
+    run_check("linear_attention", fn, cases, _run_linear, hidden)
+
+
+# ==== judging: runs in the grader, never loaded into a graded kernel ====
+import math  # noqa: E402
+import re  # noqa: E402
+
+import numpy as np  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from .._harness import CheckFailed  # noqa: E402
+from .._judging import as_array, check_finite, check_shape, close, fail, judge, pair  # noqa: E402
+
+
+@judge("cross_section_attention", compare=("result",), atol=1e-6, rtol=1e-6, bans=_ATTENTION,
+       ok=lambda cases, outs: "cross-sectional attention: " + ", ".join(
+           f"{c['X_t'].shape[0]} targets over {c['X_r'].shape[0]} reference firms" for c in cases)
+       + " match softmax(QKᵀ/√d_k)V (torch's scaled_dot_product_attention, atol 1e-6)")
+def _cross_section_attention(case: dict, out: dict) -> None:
+    X_t, X_r, W_Q, W_K, W_V = (case[key] for key in ("X_t", "X_r", "W_Q", "W_K", "W_V"))
     atol = 1e-6
     d_k = W_Q.shape[1]
     q, k, v = X_t @ W_Q, X_r @ W_K, X_r @ W_V
@@ -43,11 +232,8 @@ def check_cross_section_attention(fn: Callable, X_t: torch.Tensor | None = None,
     def weights(keys: torch.Tensor, scale: float, dim: int = -1) -> np.ndarray:
         return torch.softmax(q @ keys.transpose(-2, -1) * scale, dim=dim).numpy()
     expected_a = weights(k, 1 / math.sqrt(d_k))
-    result = call(fn, X_t.clone(), X_r.clone(), W_Q.clone(), W_K.clone(), W_V.clone(),
-                  what="cross_section_attention(X_t, X_r, W_Q, W_K, W_V)", banned=_ATTENTION)
-    z, a = unpack_pair(result, "cross_section_attention", ("Z", "A"))
+    z, a = pair(out["result"], "cross_section_attention", ("Z", "A"))
     z, a = as_array(z, "Z"), as_array(a, "A")
-    record("cross_section_attention", {"Z": z, "A": a}, atol=atol, rtol=atol)
     n_t, n_r = X_t.shape[-2], X_r.shape[-2]
     if a.shape == (n_t, n_t) and n_t != n_r:
         fail("A is targets × targets: the keys and values come from the reference firms X_r "
@@ -67,27 +253,29 @@ def check_cross_section_attention(fn: Callable, X_t: torch.Tensor | None = None,
             fail(hint, expected_a, a)
     if not close(a, expected_a, atol, atol):
         fail(f"A differs from softmax((X_t W_Q)(X_r W_K)ᵀ/√d_k) (atol {atol})", expected_a, a)
-    if z.shape == (n_t, X_r.shape[-1]) and close(z, expected_a @ X_r.numpy(), atol, atol):
+    if z.shape == (n_t, X_r.shape[-1]) and close(z, expected_a @ X_r.numpy(), atol, atol) \
+            and not close(z, expected_z, atol, atol):
         fail("Z averages the raw reference features X_r: the values are X_r W_V", expected_z, z)
     check_shape(z, expected_z.shape, "Z", "one row per target, d_v columns")
     if not close(z, expected_z, atol, atol):
         fail(f"Z differs from A (X_r W_V) (atol {atol})", expected_z, z)
-    ok(f"cross-sectional attention: {n_t} targets over {n_r} reference firms match softmax(QKᵀ/√d_k)V "
-       f"(torch's scaled_dot_product_attention, atol {atol})")
 
 
-# ------------------------------------------------------------------------ 10.2 patchify
+def _patches_shape(images: torch.Tensor, p: int) -> tuple[int, int, int]:
+    b, c, h, w = images.shape
+    return b, (h // p) * (w // p), c * p * p
 
-def check_patchify(fn: Callable, images: torch.Tensor | None = None, p: int | None = None) -> None:
-    """``fn(images (b, C, H, W), p) -> (b, (H/p)(W/p), C·p·p)``: row-major patches, each flattened
-    channel, then pixel row, then pixel column. Chapter 10."""
-    images = seeded(40, 2, 3, 8, 8) if images is None else images
-    p = 4 if p is None else p
+
+@judge("patchify", compare=("patches",), bans=_PATCHES,
+       ok=lambda cases, outs: "patchify: " + ", ".join(
+           f"{tuple(c['images'].shape)} with p = {c['p']} gives {_patches_shape(c['images'], c['p'])}" for c in cases)
+       + ", in the order of F.unfold (exact)")
+def _patchify(case: dict, out: dict) -> None:
+    images, p = case["images"], case["p"]
     b, c, h, w = images.shape
     rows, cols = h // p, w // p
     expected = F.unfold(images, kernel_size=p, stride=p).transpose(1, 2).numpy()   # torch's im2col order
-    got = as_array(call(fn, images.clone(), p, what=f"patchify(images, p={p})", banned=_PATCHES), "patchify")
-    record("patchify", {"patches": got})
+    got = as_array(out["patches"], "patchify")
     grid = images.reshape(b, c, rows, p, cols, p)
     variants = {
         "the patches are in column-major order: read them row by row, left to right, then the next "
@@ -109,28 +297,19 @@ def check_patchify(fn: Callable, images: torch.Tensor | None = None, p: int | No
             fail(hint, expected, got)
     if not close(got, expected, 0, 0):
         fail("the patches differ from torch's F.unfold (im2col) order", expected, got)
-    ok(f"patchify: {tuple(images.shape)} with p = {p} gives {tuple(expected.shape)}, "
-       "in the order of F.unfold (exact)")
 
 
-# ------------------------------------------------------------------------ 10.3 [CLS] and positions
-
-def check_vit_tokens(fn: Callable, patches: torch.Tensor | None = None, W_E: torch.Tensor | None = None,
-                     cls: torch.Tensor | None = None, pos: torch.Tensor | None = None) -> None:
-    """``fn(patches (b, L, P), W_E (P, d), cls (d,), pos (1 + L, d)) -> (b, 1 + L, d)``:
-    [CLS] at position 0, then the embedded patches, plus the position of every token. Chapter 10."""
-    patches = seeded(50, 2, 4, 6) if patches is None else patches
-    W_E = seeded(51, 6, 3) if W_E is None else W_E
-    cls = seeded(52, 3) if cls is None else cls
-    pos = seeded(53, 5, 3) if pos is None else pos
+@judge("vit_tokens", compare=("tokens",), atol=1e-9, rtol=1e-9,
+       ok=lambda cases, outs: "ViT tokens: [CLS] at position 0, embedded patches, positions added: " + ", ".join(
+           str((c["patches"].shape[0], 1 + c["patches"].shape[1], c["W_E"].shape[1])) for c in cases))
+def _vit_tokens(case: dict, out: dict) -> None:
+    patches, W_E, cls, pos = (case[key] for key in ("patches", "W_E", "cls", "pos"))
     atol = 1e-9
     b, L = patches.shape[:2]
     embedded = patches @ W_E
     cls_row = cls.expand(b, 1, -1)
     expected = (torch.cat([cls_row, embedded], dim=1) + pos).numpy()
-    got = as_array(call(fn, patches.clone(), W_E.clone(), cls.clone(), pos.clone(),
-                        what="vit_tokens(patches, W_E, cls, pos)"), "vit_tokens")
-    record("vit_tokens", {"tokens": got}, atol=atol, rtol=atol)
+    got = as_array(out["tokens"], "vit_tokens")
     if got.shape == (b, L, W_E.shape[1]):
         fail("there is no [CLS] token: put cls in front of the patches, (b, 1 + L, d)", expected.shape, got.shape)
     check_shape(got, expected.shape, "vit_tokens", "(b, 1 + L, d): [CLS] then the L patches")
@@ -152,91 +331,85 @@ def check_vit_tokens(fn: Callable, patches: torch.Tensor | None = None, W_E: tor
             fail(hint, expected, got)
     if not close(got, expected, atol, atol):
         fail(f"the tokens differ from [cls; patches @ W_E] + pos (atol {atol})", expected, got)
-    ok(f"ViT tokens: [CLS] at position 0, {L} embedded patches, positions added: {tuple(expected.shape)}")
 
 
-# ------------------------------------------------------------------------ 10.4 linear attention
-
-class _NoQuadratic(TorchFunctionMode):
-    """Note every torch result with an (n, m) or (m, n) pair of axes, and every way out of torch."""
-
-    def __init__(self, n: int, m: int, found: list[str]) -> None:
-        super().__init__()
-        self.pairs, self.found = {(n, m), (m, n)}, found
-        self.elements = 0  # entries of every torch result: the work done, up to a constant
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        name = getattr(func, "__name__", "")
-        if name in {"numpy", "tolist", "__array__", "item", "__dlpack__"}:
-            self.found.append(f"leaves torch ({name}): compute with torch operations")
-        out = func(*args, **(kwargs or {}))
-        for t in out if isinstance(out, (tuple, list)) else (out,):
-            self.elements += t.numel() if isinstance(t, torch.Tensor) else 0
-            if isinstance(t, torch.Tensor) and any(tuple(t.shape[i:i + 2]) in self.pairs for i in range(t.dim() - 1)):
-                self.found.append(f"builds a tensor of shape {tuple(t.shape)} ({name}), the n × m matrix "
-                                  "φ(Q)φ(K)ᵀ that linear attention avoids: compute φ(K)ᵀV (d_k × d_v) first")
-                break
-        return out
+def _name(value: Any) -> str:
+    """A function's name the kernel recorded, as a name (never other text)."""
+    return re.sub(r"[^A-Za-z0-9_.]", "", value)[:40] if isinstance(value, str) else "?"
 
 
-def _work_growth(fn: Callable) -> float:
-    """How many times more numbers ``fn``'s torch operations produce for n = m = 128 than for 32."""
-    counts = []
-    for size in (32, 128):
-        q, k, v = seeded(63, size, 4), seeded(64, size, 4), seeded(65, size, 3)
-        mode = _NoQuadratic(size, size, [])
-        with mode:
-            call(fn, q, k, v, what="linear_attention(Q, K, V)", banned=_ATTENTION + ("softmax",))
-        counts.append(max(1, mode.elements))
-    return counts[1] / counts[0]
+def _shape(value: Any) -> tuple | None:
+    return tuple(value) if isinstance(value, list) and all(isinstance(s, int) for s in value) else None
 
 
-def check_linear_attention(fn: Callable, q: torch.Tensor | None = None, k: torch.Tensor | None = None,
-                           v: torch.Tensor | None = None) -> None:
-    """``fn(Q (…, n, d_k), K (…, m, d_k), V (…, m, d_v)) -> (…, n, d_v)`` with φ = elu + 1, in O(n):
-    equal to the quadratic form ``(φ(Q)φ(K)ᵀ / row sums) V`` without an n × m tensor, and with work (the
-    entries its torch operations produce) that grows like n + m, not n·m. Chapter 10."""
-    q = seeded(60, 48, 4, scale=1.5) if q is None else q
-    k = seeded(61, 64, 4, scale=1.5) if k is None else k
-    v = seeded(62, 64, 3) if v is None else v
-    atol, rtol = 1e-9, 1e-7
-    n, m = q.shape[-2], k.shape[-2]
+def _elu1(x: torch.Tensor) -> torch.Tensor:
+    return torch.where(x > 0, x + 1, torch.exp(x))
 
-    def form(phi: Callable[[torch.Tensor], torch.Tensor], normalise: bool = True, dim: int = -1) -> np.ndarray:
-        kernel = phi(q) @ phi(k).transpose(-2, -1)
-        return ((kernel / kernel.sum(dim, keepdim=True) if normalise else kernel) @ v).numpy()
-    elu1 = lambda x: torch.where(x > 0, x + 1, torch.exp(x))  # noqa: E731
-    expected = form(elu1)
-    found: list[str] = []
-    with _NoQuadratic(n, m, found):
-        out = call(fn, q.clone(), k.clone(), v.clone(), what="linear_attention(Q, K, V)",
-                   banned=_ATTENTION + ("softmax",))
-    got = as_array(out, "linear_attention")
-    if found:
-        raise CheckFailed(f"linear_attention(Q, K, V) {found[0]}")
-    growth = _work_growth(fn)
-    if growth > 8:  # O(n) grows 4 times here, O(n·m) 16 times
-        raise CheckFailed(f"linear_attention(Q, K, V) does O(n·m) work: with 4 times more queries and keys its "
-                          f"torch operations produced {growth:.0f} times more numbers (4 times for O(n)). A loop "
-                          "over the queries still compares each query with every key: compute φ(K)ᵀV (d_k × d_v) "
-                          "and Σ_j φ(k_j) once, then one product per query")
-    record("linear_attention", {"Z": got}, atol=atol, rtol=rtol)
-    check_shape(got, expected.shape, "linear_attention(Q, K, V)", "one row per query, d_v columns: (…, n, d_v)")
-    check_finite(got, "linear_attention(Q, K, V)", "the normaliser φ(q_i)ᵀ Σ_j φ(k_j) vanished for some "
-                 "query: φ must be elu(x) + 1, which is always positive, not relu(x) or elu(x) without the + 1")
-    for hint, variant in {
-        "φ must be elu(x) + 1: without the + 1 the features can be negative": lambda: form(F.elu),
-        "φ must be elu(x) + 1, not relu(x)": lambda: form(F.relu),
-        "φ must be elu(x) + 1, not exp(x) (that is softmax attention without the scale)": lambda: form(torch.exp),
-        "divide by the normaliser φ(q_i)ᵀ Σ_j φ(k_j): the weights of each query must sum to 1":
-            lambda: form(elu1, normalise=False),
-        "the normaliser sums over the keys (Σ_j φ(k_j)), one number per query, not over the queries":
-            lambda: form(elu1, dim=-2),
-    }.items():
-        variant = variant()
-        if close(got, variant, atol, rtol) and not close(got, expected, atol, rtol):
-            fail(hint, expected, got)
-    if not close(got, expected, atol, rtol):
-        fail(f"linear attention differs from (φ(Q)φ(K)ᵀ / row sums) V with φ = elu + 1 (atol {atol})", expected, got)
-    ok(f"linear attention for Q {tuple(q.shape)}, K {tuple(k.shape)}, V {tuple(v.shape)} equals the quadratic "
-       f"form (rtol {rtol}) without building an n × m tensor, and its work grows {growth:.0f}-fold for 4-fold n, m")
+
+def _form(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, phi: Callable[[torch.Tensor], torch.Tensor],
+          normalise: bool = True, dim: int = -1) -> np.ndarray:
+    """The quadratic form (φ(Q)φ(K)ᵀ / sums) V."""
+    kernel = phi(q) @ phi(k).transpose(-2, -1)
+    return ((kernel / kernel.sum(dim, keepdim=True) if normalise else kernel) @ v).numpy()
+
+
+def _linear_ok(cases: list[dict], outs: list[dict]) -> str:
+    shapes = ", ".join(f"Q {tuple(c['q'].shape)}, K {tuple(c['k'].shape)}, V {tuple(c['v'].shape)}" for c in cases)
+    growth = ", ".join(f"{o['work'][1] / max(1, o['work'][0]):.1f}" for o in outs)
+    return (f"linear attention for {shapes} equals the quadratic form (rtol 1e-7) without building an n × m "
+            f"tensor; with 4 times the queries and keys its work grows {growth}-fold (4 for O(n), 16 for O(n·m))")
+
+
+@judge("linear_attention", compare=("Z", "Z2"), atol=1e-9, rtol=1e-7, bans=_LINEAR_BANS, ok=_linear_ok)
+def _linear_attention(case: dict, out: dict) -> None:
+    what, atol, rtol = case["what"], 1e-9, 1e-7
+    if out.get("left") in _LEAVING:
+        raise CheckFailed(f"{what} leaves torch ({out['left']}): compute with torch operations")
+    made = _shape(out.get("made"))
+    if made is not None:
+        raise CheckFailed(f"{what} builds a tensor of shape {made} ({_name(out.get('made_by'))}), the n × m matrix "
+                          "φ(Q)φ(K)ᵀ that linear attention avoids: compute φ(K)ᵀV (d_k × d_v) first")
+    inside = _shape(out.get("inside"))
+    built = (f" Inside a torch function you call, {_name(out.get('inside_op'))} makes a tensor of shape {inside}, an "
+             "n × m matrix: a torch.einsum of three operands, for one, contracts two of them at a time, left to "
+             "right, through φ(Q)φ(K)ᵀ; contract φ(K) with V first.") if inside is not None else ""
+    (n1, m1), (n2, m2) = (case["q"].shape[-2], case["k"].shape[-2]), (case["q2"].shape[-2], case["k2"].shape[-2])
+    work = out.get("work")
+    if not (isinstance(work, list) and len(work) == 2 and all(isinstance(w, int) and w >= 0 for w in work)):
+        raise CheckFailed(f"{what}: the check could not measure the work of your function")
+    linear, quadratic = (n2 + m2) / (n1 + m1), (n2 * m2) / (n1 * m1)
+    growth = work[1] / max(1, work[0])
+    if growth > math.sqrt(linear * quadratic):   # O(n) grows like n + m, O(n·m) like n·m
+        how = built or " A loop over the queries still compares each query with every key."
+        raise CheckFailed(f"{what} does O(n·m) work: with {n2 / n1:g} times more queries and keys its torch "
+                          f"operations did {growth:.0f} times more work ({linear:g} times for O(n), {quadratic:g} for "
+                          f"O(n·m)).{how} Compute φ(K)ᵀV (d_k × d_v) and Σ_j φ(k_j) once, then one product per query.")
+    if inside is not None:
+        raise CheckFailed(f"{what} builds an n × m tensor, which linear attention avoids.{built}")
+    if growth < math.sqrt(linear):   # constant work grows 1-fold: the work at the smaller size is not the function's
+        raise CheckFailed(f"{what}: with {n2 / n1:g} times more queries and keys its torch operations did only "
+                          f"{growth:.1f} times the work, where the work of linear attention grows {linear:g}-fold: "
+                          "compute the same thing, the same way, for every input size")
+    for size in ("", "2"):
+        q, k, v = case["q" + size], case["k" + size], case["v" + size]
+        expected = _form(q, k, v, _elu1)
+        got = as_array(out["Z" + size], "linear_attention")
+        check_shape(got, expected.shape, what, "one row per query, d_v columns: (…, n, d_v)")
+        check_finite(got, what, "the normaliser φ(q_i)ᵀ Σ_j φ(k_j) vanished for some query: φ must be elu(x) + 1, "
+                     "which is always positive, not relu(x) or elu(x) without the + 1")
+        for hint, variant in {
+            "φ must be elu(x) + 1: without the + 1 the features can be negative": lambda: _form(q, k, v, F.elu),
+            "φ must be elu(x) + 1, not relu(x)": lambda: _form(q, k, v, F.relu),
+            "φ must be elu(x) + 1, not exp(x) (that is softmax attention without the scale)":
+                lambda: _form(q, k, v, torch.exp),
+            "divide by the normaliser φ(q_i)ᵀ Σ_j φ(k_j): the weights of each query must sum to 1":
+                lambda: _form(q, k, v, _elu1, normalise=False),
+            "the normaliser sums over the keys (Σ_j φ(k_j)), one number per query, not over the queries":
+                lambda: _form(q, k, v, _elu1, dim=-2),
+        }.items():
+            variant = variant()
+            if close(got, variant, atol, rtol) and not close(got, expected, atol, rtol):
+                fail(hint, expected, got)
+        if not close(got, expected, atol, rtol):
+            fail(f"linear attention differs from (φ(Q)φ(K)ᵀ / row sums) V with φ = elu + 1 (atol {atol}, "
+                 f"rtol {rtol})", expected, got)
