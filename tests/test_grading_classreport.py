@@ -23,7 +23,8 @@ from transformer_lib.grading.grade import bans, unique_names  # noqa: E402
 from transformer_lib.grading.judge import Check, CheckResult, SubmissionResult  # noqa: E402
 from transformer_lib.grading.notebook import check_cells, dumps, grade_id, read  # noqa: E402
 from transformer_lib.grading.prepare import restore_checks  # noqa: E402
-from transformer_lib.grading.rules import Refusal, refusals  # noqa: E402
+from transformer_lib.grading.costs import refusals  # noqa: E402
+from transformer_lib.grading.rules import Refusal  # noqa: E402
 
 STEM = "02_building_up_attention"
 SOURCE = REPO / "exercises" / "source" / f"{STEM}.ipynb"

@@ -1,6 +1,6 @@
 """The grader's reading of a submission's source (transformer_lib.grading.rules): each construct that
 escapes the checks is refused, naming the line; ordinary exercise code is not; a refusal costs its
-exercise, and the exercises whose code uses what the refused cell defined, their points."""
+exercise, and the exercises whose code uses what the refused cell defined, their points (costs)."""
 from __future__ import annotations
 
 import copy
@@ -12,7 +12,8 @@ from repo_paths import REPO
 from transformer_lib.grading.grade import bans
 from transformer_lib.grading.notebook import grade_id, read, release
 from transformer_lib.grading.prepare import restore_checks
-from transformer_lib.grading.rules import exercises, read_cell, refusals
+from transformer_lib.grading.costs import exercises, refusals
+from transformer_lib.grading.rules import read_cell
 
 SOURCES = sorted((REPO / "exercises" / "source").glob("*.ipynb"))
 

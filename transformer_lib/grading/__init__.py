@@ -6,7 +6,8 @@ A grading run reads in one direction: prepare → run → judge → report.
   each with a kernel half and a judge; their helpers ``_harness`` (kernel) and ``_judging``
 - ``notebook``  nbgrader cell roles and markers; ``release`` writes the student versions
 - ``prepare``   restores the instructor's check cells and gives them the checks' kernel half
-- ``rules``     the grader's reading of a submission's code: the constructs it refuses
+- ``rules``, ``costs``  the grader's reading of a submission's code: the constructs it refuses, and
+  which checks a refusal costs
 - ``runner``, ``worker``, ``procs``  run one notebook in its own process and kernel, with time
   limits, and kill every process it started
 - ``sandbox``   bubblewrap around each submission's worker and kernel, and resource limits
@@ -25,5 +26,5 @@ Command line: ``python -m transformer_lib.grading release`` and
 ``python -m transformer_lib.grading check exercises/NN_topic.ipynb``.
 """
 
-__all__ = ["checks", "notebook", "prepare", "rules", "worker", "runner", "procs", "sandbox", "slots", "zygote", "forking",
+__all__ = ["checks", "notebook", "prepare", "rules", "costs", "worker", "runner", "procs", "sandbox", "slots", "zygote", "forking",
            "records", "judge", "grade", "report", "classreport", "check", "bench", "gradescope"]

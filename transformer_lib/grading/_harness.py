@@ -5,17 +5,14 @@ that runs in the student's kernel. :func:`run_check` calls the student's functio
 (a *case*) through :func:`call` and keeps what comes back, converted by :func:`capture` into
 plain data. Then:
 
-- **under grading** (the grader sets ``TRANSFORMER_LIB_GRADING_RECORD_DIR``), it only writes
-  the cases and the outcomes to a record file (:func:`~transformer_lib.grading.records.write`);
-  the grader judges them in its own process. Nothing here compares, and nothing here knows an
-  expected value;
-- **while a student works** (no such variable), it judges at once with the check's judge, which
-  is then loaded in the same process, and raises :class:`CheckFailed` naming the misconception,
-  or prints one ``✓`` line. A student who fools this fools only themselves.
+- **under grading** (``TRANSFORMER_LIB_GRADING_RECORD_DIR`` set), it only writes the cases and
+  outcomes to a record file (:func:`write`); the grader judges them. Nothing here compares or
+  knows an expected value;
+- **while a student works**, it judges at once with the check's judge and raises
+  :class:`CheckFailed` naming the misconception, or prints one ``✓`` line.
 
-Hidden cases are drawn from :func:`hidden_generator`, seeded by the grader for each grading run
-(``TRANSFORMER_LIB_GRADING_SEED``); the same seed drives the instructor run, so its records hold
-the same inputs.
+Hidden cases are drawn from :func:`hidden_generator`, seeded for each grading run
+(``TRANSFORMER_LIB_GRADING_SEED``), the same in the instructor's run.
 """
 from __future__ import annotations
 
@@ -99,9 +96,6 @@ class Opaque:
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Opaque) and other.description == self.description
 
-    def __repr__(self) -> str:
-        return f"Opaque({self.description!r})"
-
 
 def typename(value: Any) -> str:
     """The type of ``value`` for a message; a class the notebook defined is not named."""
@@ -144,8 +138,7 @@ def capture(value: Any, depth: int = 0) -> Any:
     return Opaque(typename(value))
 
 
-_DTYPES = {torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
-           torch.int8, torch.uint8, torch.bool}
+_DTYPES = {torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.bool}
 
 
 # ---------------------------------------------------------------- the watch
@@ -253,8 +246,7 @@ def pack(value: Any, arrays: dict[str, np.ndarray]) -> Any:
     :func:`transformer_lib.grading.records.unpack`)."""
     if isinstance(value, torch.Tensor):
         key = f"a{len(arrays)}"
-        kept = value.to(torch.float32) if value.dtype in (torch.bfloat16,) else value
-        arrays[key] = kept.numpy()
+        arrays[key] = (value.float() if value.dtype == torch.bfloat16 else value).numpy()
         return {"$tensor": key, "dtype": str(value.dtype).removeprefix("torch.")}
     if isinstance(value, (np.ndarray, np.generic)):
         key = f"a{len(arrays)}"
@@ -282,8 +274,7 @@ def write(folder: str, name: str, cases: list[dict], outs: list[dict], hidden: i
 
 
 def _capture_case(case: dict) -> dict:
-    """A case as data: its tensors and numbers; a function or model in it is rebuilt by the judge
-    from the case's other entries (its kind and seed), so it is left out."""
+    """A case as data; a function or model in it is left out (the judge rebuilds it from the rest)."""
     return {k: capture(v) for k, v in case.items() if not callable(v) or isinstance(v, torch.Tensor)}
 
 

@@ -24,7 +24,6 @@ not repeated here.
 """
 from __future__ import annotations
 
-import ast
 import copy
 import inspect
 import re
@@ -35,12 +34,13 @@ from pathlib import Path
 
 from nbformat import NotebookNode
 
+from .costs import defined_names, refusals
 from .grade import bans, grade
 from .judge import cell_error, judge_calls, stop_reason
 from .notebook import check_cells, grade_id, read, release
 from .prepare import for_kernel, load_submission, restore_checks
 from .procs import kill_tagged
-from .rules import Refusal, refusals
+from .rules import Refusal
 from .runner import RunResult, run_notebook
 
 __all__ = ["CheckOutcome", "PresubmitReport", "default_source", "prepare_visible", "presubmit", "format_report",
@@ -95,25 +95,6 @@ def _snippet(cell: dict) -> str:
     code = [ln for ln in lines if not ln.startswith("#")] or lines or [""]
     text = code[0]
     return text if len(text) <= 40 else text[:39] + "…"
-
-
-def _defined_names(source: str) -> set[str]:
-    """Names a cell binds (assignments, ``def``, ``class``, imports, loop targets); empty if it
-    does not parse (IPython magics are dropped first)."""
-    text = "\n".join("" if ln.lstrip().startswith(("%", "!")) else ln for ln in source.splitlines())
-    try:
-        tree = ast.parse(text)
-    except SyntaxError:
-        return set()
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Store):
-            names.add(node.id)
-        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            names.add(node.name)
-        elif isinstance(node, ast.alias):
-            names.add((node.asname or node.name).split(".")[0])
-    return names
 
 
 def _saved_error(cell: dict) -> bool:
@@ -204,7 +185,7 @@ def _cell_warnings(run: RunResult, nb: NotebookNode, saved: NotebookNode, origin
         match = _NAME_ERROR.search(e["evalue"]) if e["ename"] == "NameError" else None
         if match:
             var = match.group(1)
-            defines = [j for j, c in enumerate(nb.cells) if c.cell_type == "code" and var in _defined_names(c.source)]
+            defines = [j for j, c in enumerate(nb.cells) if c.cell_type == "code" and var in defined_names(c.source)]
             below = [j for j in defines if j > i]
             if below and not [j for j in defines if j < i]:
                 text += f"; '{var}' is defined only further down, in {name(below[0])}{saved_as(below[0])}"

@@ -35,7 +35,7 @@ from .prepare import SubmissionError, for_kernel, load_submission, restore_check
 from .procs import kill_tagged
 from .records import Call
 from .report import write_reports
-from .rules import refusals
+from .costs import refusals
 from .runner import RunResult, allow_runs, run_notebook, stop_all
 from .sandbox import MEMORY_BYTES, resolve as resolve_sandbox
 
