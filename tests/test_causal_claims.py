@@ -146,7 +146,7 @@ def _step_seconds(model: GPT, lengths: np.ndarray, repeats: int = 15) -> tuple[n
 @pytest.mark.parametrize("seed", SEEDS)
 def test_kv_cache_step_is_flat_and_the_saving_grows(seed):
     """A cached step costs about the same at every context length (a line fitted to its times
-    rises by less than a tenth of the uncached line's rise), the uncached step becomes more than
+    changes by less than a tenth of the uncached line's rise), the uncached step becomes more than
     2.5 times slower from n = 16 to 320, and the saving more than doubles. Measured over three runs of
     the five seeds on a 2-core machine with a load average of 8 to 12: rise ratio −0.02 to 0.05,
     uncached growth 4.1 to 8.8 (3.9 once, in a book build), saving grown 3.9 to 6.9 times."""
@@ -160,6 +160,6 @@ def test_kv_cache_step_is_flat_and_the_saving_grows(seed):
         return np.polyfit(lengths, t, 1)[0] * (lengths[-1] - lengths[0])
 
     ratio = t_full / t_cache
-    assert rise(t_cache) < 0.1 * rise(t_full), (t_cache, t_full)
+    assert abs(rise(t_cache)) < 0.1 * rise(t_full), (t_cache, t_full)
     assert t_full[-1] > 2.5 * t_full[0], t_full
     assert ratio[-1] > 2 * ratio[0], ratio
