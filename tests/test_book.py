@@ -52,6 +52,20 @@ def test_chapters_were_executed(built):
         assert "Traceback" not in html, f"{nb.name}: a traceback is shown on the page"
 
 
+def test_no_chapter_page_shows_stderr(built):
+    """A warning printed while a chapter runs (a torch UserWarning, say) reaches the page as a
+    stderr block that quotes the line which caused it, hidden input or not: no chapter may show one."""
+    import re
+
+    shown = {}
+    for nb in sorted((REPO / "chapters").glob("*.ipynb")):
+        html = (built / "chapters" / f"{nb.stem}.html").read_text()
+        blocks = re.findall(r'<div class="output stderr[^"]*">(.*?)</div>', html, re.S)
+        if blocks:
+            shown[nb.name] = [re.sub(r"<[^>]+>", "", b).strip()[:300] for b in blocks]
+    assert not shown, f"stderr blocks on chapter pages: {shown}"
+
+
 def test_exercise_pages_are_not_executed(built):
     for nb in sorted((REPO / "exercises").glob("*.ipynb")):
         html = (built / "exercises" / f"{nb.stem}.html").read_text()

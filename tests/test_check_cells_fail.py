@@ -1,12 +1,16 @@
-"""The check cells of chapters 3, 4, 5, 7, 8 and 9 can fail: each case breaks the code a check
-guards (or the input it is given) and the check must raise.
+"""The check cells of chapters 3 to 9 can fail: each case breaks the code a check guards (or
+the input it is given) and the check must raise.
 
 A chapter's code cells up to the last cell used here run once, in-process (plots go to Agg,
 IPython magics are dropped, figure cells and the training loops no case needs are skipped).
-A case then runs a sequence of cells in a copy of that namespace, each with some lines replaced:
-every cell but the last must run, the last is the check cell and must raise AssertionError on
-the line holding the given phrase. Cells are found by a phrase of their source, never by index.
-Chapters 1, 2 and 6 have the same test in test_chapter_checks.py and test_positional_chapter.py.
+A case then runs a sequence of steps in a copy of that namespace and the check cell must raise
+AssertionError on the line holding the given phrase. A step is a cell with some lines replaced
+(found by a phrase of its source, never by index), or a line of the library broken: a step
+named "lib:module:function" (or "lib:module:Class.method") recompiles that function from its
+source with the lines replaced and puts it in place of the original for the case, in the
+module and in the chapter's namespace, so a check can be shown to catch a bug inside
+transformer_lib (the rotation of RoPE dropped inside the attention layer, say).
+Chapters 1 and 2 have the same test in test_chapter_checks.py.
 
 A training check is broken with a learning rate a million times too small and fewer steps (the
 fewer steps only save time); chapter 7's language model is not trained in the set-up, as no
@@ -14,10 +18,14 @@ other case needs it (its claims are tested over five seeds in test_causal_claims
 """
 from __future__ import annotations
 
+import __future__
 import contextlib
 import functools
+import importlib
+import inspect
 import io
 import os
+import textwrap
 import traceback
 
 import nbformat
@@ -29,12 +37,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from repo_paths import REPO  # noqa: E402
 
 CH3, CH4, CH5 = "03_the_transformer_block", "04_the_residual_stream", "05_multi_head_attention"
+CH6 = "06_positional_information"
 CH7, CH8, CH9 = "07_causal_masking", "08_mixture_of_experts", "09_parameter_and_flop_counting"
 
 # For each chapter: the last cell the cases need, and cells not run (training no case needs).
 LAST = {CH3: "cfg = BertConfig()", CH4: "mask = y_test != -100", CH5: "head_choices = [1, 2, 4]",
-        CH7: "published = {3:", CH8: "factors = [0.5", CH9: "def minimal(q, k, v)"}
-SKIP = {CH4: (), CH7: ("steps=300, lr=6e-3",), CH3: (), CH5: (), CH8: (), CH9: ()}
+        CH6: "alibi_drop = mean_acc", CH7: "published = {3:", CH8: "factors = [0.5",
+        CH9: "def minimal(q, k, v)"}
+SKIP = {CH4: (), CH6: (), CH7: ("steps=300, lr=6e-3", 'glue("val_loss"'), CH3: (), CH5: (), CH8: (), CH9: ()}
 
 
 def _is_figure(cell) -> bool:
@@ -77,12 +87,38 @@ def _chapter(stem: str) -> tuple[list, dict]:
     return cells, namespace
 
 
-def _edited(cells: list, phrase: str, edits: list[tuple[str, str]]) -> str:
-    source = _source(cells[_find(cells, phrase)])
+def _replaced(source: str, edits: list[tuple[str, str]], where: str) -> str:
     for old, new in edits:
-        assert source.count(old) == 1, f"{old!r} is not once in the cell {phrase!r}"
+        assert source.count(old) == 1, f"{old!r} is not once in {where}"
         source = source.replace(old, new)
     return source
+
+
+def _edited(cells: list, phrase: str, edits: list[tuple[str, str]]) -> str:
+    return _replaced(_source(cells[_find(cells, phrase)]), edits, f"the cell {phrase!r}")
+
+
+def _break_library(target: str, edits: list[tuple[str, str]], namespace: dict, monkeypatch) -> None:
+    """Recompile `module:function` or `module:Class.method` of the library with `edits` applied
+    and put it in place of the original (in the module or class, and wherever the chapter's
+    namespace holds the original) until the case ends."""
+    module_name, qualname = target.split(":")
+    module = importlib.import_module(module_name)
+    *path, name = qualname.split(".")
+    owner = functools.reduce(getattr, path, module)
+    original = inspect.getattr_static(owner, name)
+    function = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
+    source = _replaced(textwrap.dedent(inspect.getsource(function)), edits, target)
+    scope = dict(vars(module))
+    if owner is not module:   # a method: zero-argument super() needs its class named
+        scope["__class__"] = owner
+        source = source.replace("super()", "super(__class__, self)")
+    flags = __future__.annotations.compiler_flag
+    exec(compile(source, f"<broken {target}>", "exec", flags=flags, dont_inherit=True), scope)
+    monkeypatch.setattr(owner, name, scope[name])
+    for key, value in list(namespace.items()):
+        if value is original:
+            namespace[key] = scope[name]
 
 
 # name: (chapter, [(cell phrase, [(line, broken line), ...]), ...], phrase of the failing line).
@@ -349,6 +385,83 @@ BROKEN = {
               ("cls_layer, cls_head = divmod", [])],
         "assert float(cls.max()) > 0.8"),
 
+    # --- Chapter 6: positional information
+    "6 symmetry: the layer causal although asked not to be": (
+        CH6, [("lib:transformer_lib.multihead:MultiHeadAttention._mask_and_bias", [("if self.causal:", "if True:")]),
+              ("perm = [0, 5, 2, 3, 4, 1]", [])],
+        "torch.testing.assert_close(out_b, out_a[perm]"),
+    "6 symmetry: the sinusoidal table all zeros": (
+        CH6, [("lib:transformer_lib.positional:sinusoidal_encoding", [("return p.to(dtype)", "return (0 * p).to(dtype)")]),
+              ("perm = [0, 5, 2, 3, 4, 1]", [])],
+        "assert gap > 0.05"),
+    "6 sinusoidal: sin and cos swapped": (
+        CH6, [("def my_sinusoidal", [("P[:, 0::2] = torch.sin(i * omega)", "P[:, 0::2] = torch.cos(i * omega)")])],
+        "torch.testing.assert_close(sinusoidal_encoding(4, 8"),
+    "6 sinusoidal: exponent k/d": (
+        CH6, [("def my_sinusoidal", [("torch.arange(0, d, 2, dtype=torch.float64) / d",
+                                      "torch.arange(0, d // 2, dtype=torch.float64) / d")])],
+        "torch.testing.assert_close(sinusoidal_encoding(4, 8"),
+    "6 rotation: the library's frequencies 10000^(-k/d)": (
+        CH6, [("lib:transformer_lib.positional:sinusoidal_encoding", [("base ** (two_k / d)", "base ** (two_k / 2 / d)")]),
+              ("d_rot = 16", [])],
+        "torch.testing.assert_close(P[i + delta, 2 * k:2 * k + 2], R @ P[i, 2 * k:2 * k + 2]"),
+    "6 learned: the table read from row 1": (
+        CH6, [("lib:transformer_lib.positional:LearnedPositionalEmbedding.forward",
+               [("return self.weight[:positions]", "return self.weight[1:positions + 1]")]),
+              ("learned = LearnedPositionalEmbedding(n_ctx=16, d=8)", [])],
+        "torch.testing.assert_close(learned(5), my_rows"),
+    "6 learned: GPT's table one row too long": (
+        CH6, [("lib:transformer_lib.model:GPT.__init__", [("LearnedPositionalEmbedding(c.n_ctx, c.d_model)",
+                                                          "LearnedPositionalEmbedding(c.n_ctx + 1, c.d_model)")]),
+              ("learned = LearnedPositionalEmbedding(n_ctx=16, d=8)", [])],
+        "assert gpt2.pos_emb.weight.shape == hf_gpt2.transformer.wpe.weight.shape"),
+    "6 RoPE: rotate-half turns the wrong way": (
+        CH6, [("def my_rope_interleaved", [("torch.cat([-x2, x1], dim=-1)", "torch.cat([x2, -x1], dim=-1)")])],
+        "torch.testing.assert_close(apply_rope(x_r, pos_r), my_rope_half(x_r, pos_r)"),
+    "6 RoPE: the library turns the wrong way": (
+        CH6, [("lib:transformer_lib.positional:apply_rope", [("x1 * cos - x2 * sin, x2 * cos + x1 * sin",
+                                                             "x1 * cos + x2 * sin, x2 * cos - x1 * sin")]),
+              ("def my_rope_interleaved", [])],
+        "torch.testing.assert_close(apply_rope(x_r, pos_r, interleaved=True)"),
+    "6 worked example: the library pairs the halves when asked to interleave": (
+        CH6, [("lib:transformer_lib.positional:apply_rope", [("if interleaved else x.chunk(2, dim=-1)",
+                                                             "if False else x.chunk(2, dim=-1)")]),
+              ("def rope_score4", [])],
+        "assert abs(rope_score4(2, 1, library_rope) - by_hand) < 1e-12"),
+    "6 relative scores: the library turns the wrong way": (
+        CH6, [("lib:transformer_lib.positional:apply_rope", [("x1 * cos - x2 * sin, x2 * cos + x1 * sin",
+                                                             "x1 * cos + x2 * sin, x2 * cos - x1 * sin")]),
+              ("def closed_form_score", [])],
+        "assert abs(rope_score(m, n) - closed_form_score(n - m)) < 1e-9"),
+    "6 RoPE layer: apply_rope replaced by the identity inside the layer": (
+        CH6, [("lib:transformer_lib.multihead:MultiHeadAttention._extend_cache",
+               [("q = apply_rope(q, positions[:, None], self.rope_base)", "q = q"),
+                ("k = apply_rope(k, positions[:, None], self.rope_base)", "k = k")]),
+              ("from transformers import LlamaConfig", [])],
+        "torch.testing.assert_close(w_lib, w_mine"),
+    "6 RoPE layer: GPT builds its blocks without RoPE": (
+        CH6, [("lib:transformer_lib.model:_make_block", [('rope=c.positional == "rope"', "rope=False")]),
+              ("from transformers import LlamaConfig", [])],
+        'assert shifts["rope"] < 1e-10 < 0.01 < min(shifts["learned"], stretches["rope"])'),
+    "6 ALiBi: signed distance instead of |i − j| in the library": (
+        CH6, [("lib:transformer_lib.positional:alibi_bias_at", [("distance = delta.abs() if symmetric else delta",
+                                                                "distance = delta")]),
+              ("def my_slopes(H)", [])],
+        "torch.testing.assert_close(alibi_bias(n_a, 8, dtype=torch.float64), my_bias"),
+    "6 ALiBi: six heads completed with the even slopes of twelve": (
+        CH6, [("lib:transformer_lib.positional:alibi_slopes", [("geometric(2 * p)[0::2]", "geometric(2 * p)[1::2]")]),
+              ("def my_slopes(H)", [])],
+        "torch.testing.assert_close(alibi_slopes(H, torch.float64), bloom[:, 0, 1]"),
+    "6 extrapolation: the limit left out of the learned model's error": (
+        CH6, [("lib:transformer_lib.model:GPT.forward", [('f"idx: expected at most n_ctx={c.n_ctx} tokens, got {where}"',
+                                                         'f"idx: too many tokens, got {where}"')]),
+              ("def train_scheme", [])],
+        'assert s == "learned" and f > 1 and "n_ctx=16" in str(err)'),
+    "6 extrapolation: ALiBi's bias left out of the scores": (
+        CH6, [("lib:transformer_lib.multihead:MultiHeadAttention._mask_and_bias", [("if self.alibi:", "if False:")]),
+              ("def train_scheme", []), ("alibi_drop = mean_acc", [])],
+        "assert all(mean_acc[s, 1] > 0.8 for s in SCHEMES)"),
+
     # --- Chapter 7: causal masking
     "7 mask: the diagonal masked too": (
         CH7, [("def my_causal_mask", [("return j <= i", "return j < i")])],
@@ -367,17 +480,23 @@ BROKEN = {
                                     "y[:, t:] = torch.randint(0, vocab, (2, n - t)")])],
         "assert leaks(GPT(cfg).eval()) == [], scheme"),
     "7 plain-torch GPT: the mask after the softmax": (
-        CH7, [("def my_gpt(m, idx)", [('.masked_fill(future, float("-inf"))', ""),
+        CH7, [("def my_gpt(m, idx", [('.masked_fill(future, float("-inf"))', ""),
                                        ("(s.softmax(-1) @ v)", "(s.softmax(-1).masked_fill(future, 0.0) @ v)")])],
         "torch.testing.assert_close(my_gpt(tiny, x), tiny(x)"),
     "7 plain-torch GPT: the future visible": (
-        CH7, [("def my_gpt(m, idx)", [("future = ~torch.ones(n, n, dtype=torch.bool).tril()",
-                                       "future = ~torch.ones(n, n, dtype=torch.bool)")])],
+        CH7, [("def my_gpt(m, idx", [("future = ~torch.ones(n, t + n, dtype=torch.bool).tril(t)",
+                                      "future = ~torch.ones(n, t + n, dtype=torch.bool)")])],
         "torch.testing.assert_close(my_gpt(tiny, x), tiny(x)"),
-    "7 loss by hand: log-softmax over the positions": (
-        CH7, [("inputs, targets = x[:, :-1], x[:, 1:]", [("torch.logsumexp(logits, dim=-1,",
-                                                          "torch.logsumexp(logits, dim=1,")])],
-        "torch.testing.assert_close(by_hand, ref"),
+    "7 loss: the library's mean taken over every position, graded or not": (
+        CH7, [("lib:transformer_lib.train:cross_entropy_loss",
+               [("targets.reshape(-1), ignore_index=-100)",
+                 'targets.reshape(-1), ignore_index=-100, reduction="sum") / targets.numel()')]),
+              ("inputs, targets = x[:, :-1], x[:, 1:]", [])],
+        "torch.testing.assert_close(cross_entropy_loss(logits, targets), by_hand"),
+    "7 loss: evaluate_loss a plain mean of the batches' means": (
+        CH7, [("lib:transformer_lib.train:evaluate_loss", [("count = float((targets != -100).sum())", "count = 1.0")]),
+              ("inputs, targets = x[:, :-1], x[:, 1:]", [])],
+        "assert abs(evaluate_loss(lm, two_batches) - by_hand.item()) < 1e-12"),
     "7 baselines: unigram loss averaged over the vocabulary": (
         CH7, [("def unigram_bigram", [("-(uni / uni.sum())[va].log().mean()", "-(uni / uni.sum()).log().mean()")])],
         "assert bigram_val < unigram_val < math.log(Vc)"),
@@ -391,9 +510,30 @@ BROKEN = {
         CH7, [("xi, yi = induction_task(512", [("maps[1][rows, :, q_pos, k_pos]",
                                                 "maps[1][rows, :, q_pos, k_pos - 1]")])],
         "assert ind_worst > 0.5"),
-    "7 KV cache: K or V only": (
-        CH7, [("gen_gpt = GPT(ModelConfig(vocab_size=50", [("kv_bytes = 2 * c.n_layers", "kv_bytes = c.n_layers")])],
+    "7 generate: the library's cache forgets how many tokens it holds": (
+        CH7, [("lib:transformer_lib.model:GPT._cache_len", [("return 0 if k is None else k.shape[-2]", "return 0")]),
+              ("gen_gpt = GPT(ModelConfig(vocab_size=50", [])],
+        "assert torch.equal(greedy_c, greedy_n) and torch.equal(samp[0], samp[1])"),
+    "7 KV cache from scratch: the new token's position restarts at 0": (
+        CH7, [("def my_gpt(m, idx", [("m.pos_emb.weight[t:t + n]", "m.pos_emb.weight[:n]")]),
+              ("def my_generate", [])],
+        "assert torch.equal(mine, gen64.generate(start, 40, temperature=0, use_cache=True))"),
+    "7 KV cache from scratch: the new queries' mask not moved past the cached keys": (
+        CH7, [("def my_gpt(m, idx", [("dtype=torch.bool).tril(t)", "dtype=torch.bool).tril()")]),
+              ("def my_generate", [])],
+        "assert torch.equal(mine, gen64.generate(start, 40, temperature=0, use_cache=True))"),
+    "7 KV cache timing: the cached step reruns the window": (
+        CH7, [("def step_seconds(model, lengths", [("model(x[:, n - 1:n], cache=[dict(c) for c in caches[n]])",
+                                                    "model(x[:, :n])")])],
+        "assert abs(rise_cache) < 0.1 * rise_full"),
+    "7 KV cache: bytes for K or V only": (
+        CH7, [("mistral_7b = ModelConfig", [("kv_bytes = 2 * c.n_layers", "kv_bytes = c.n_layers")])],
         "assert stored == 10 * kv_bytes"),
+    "7 KV cache: Chapter 9's count ignores grouped-query attention": (
+        CH7, [("lib:transformer_lib.counting:kv_cache_size", [("2 * config.n_layers * n * config.kv_dim",
+                                                              "2 * config.n_layers * n * config.d_model")]),
+              ("mistral_7b = ModelConfig", [])],
+        "assert per_token == 2 * kv_cache_size(cfg, 1)"),
     "7 MLM: 20% random tokens, none kept": (
         CH7, [("def mlm_corrupt", [("rnd = chosen & (u >= 0.8) & (u < 0.9)", "rnd = chosen & (u >= 0.8)")])],
         "assert abs(kept - (0.1 + 0.1 / vocab_m))"),
@@ -416,36 +556,68 @@ BROKEN = {
     "8 batched dispatch: every choice weighted as the first": (
         CH8, [("def my_moe_batched", [("weights[token, slot, None]", "weights[token, 0, None]")])],
         "torch.testing.assert_close(my_moe_batched(flat, wg, lay.experts, k), loop"),
-    "8 K = E: a router that is not uniform": (
-        CH8, [("uni = MoELayer(d, d_ff, n_experts=5, top_k=5)", [("uni.router.gate.weight.zero_()", "pass")])],
+    "8 worked example: the library's top-2 weights not renormalised": (
+        CH8, [("lib:transformer_lib.moe:Router.forward", [("weights = top / top.sum(dim=-1, keepdim=True)",
+                                                          "weights = top")]),
+              ("class Times(torch.nn.Module)", [])],
+        'torch.testing.assert_close(aux_ex["expert_weights"], w_ex'),
+    "8 K = E: the layer ignores the router's weights": (
+        CH8, [("lib:transformer_lib.moe:MoELayer.forward", [("y = expert(flat[tokens]) * weight_of[sel, None].to(flat.dtype)",
+                                                            "y = expert(flat[tokens])")]),
+              ("uni = MoELayer(d, d_ff, n_experts=5, top_k=5)", [])],
         "torch.testing.assert_close(uni(xu)[0], mean_of_experts"),
     "8 Mixtral: gate and up projections swapped": (
         CH8, [("mix_cfg = transformers.MixtralConfig", [("gate_up_proj[e, :24])", "gate_up_proj[e, 24:])"),
                                                         ("ex.fc3.weight.copy_(hf_block.experts.gate_up_proj[e, 24:])",
                                                          "ex.fc3.weight.copy_(hf_block.experts.gate_up_proj[e, :24])")])],
         "torch.testing.assert_close(y_ours, y_hf"),
-    "8 balancing loss: one expert never chosen": (
-        CH8, [("E4, T = 4, 400", [("balanced = torch.arange(T) % E4", "balanced = torch.arange(T) % (E4 - 1)")])],
-        "assert abs(float(lb_bal) - 1) < 1e-12 and abs(float(lb_bal_any) - 1)"),
-    "8 parameters: every layer built with K = 1": (
-        CH8, [("d_c, dff_c = 64, 256", [("n_experts=E_c, top_k=K_c)", "n_experts=E_c, top_k=1)")])],
+    "8 balancing loss: the library divides by T, not T·K (Hugging Face's ×K)": (
+        CH8, [("lib:transformer_lib.moe:load_balancing_loss", [("f = counts / index.numel()", "f = counts / index.shape[0]")]),
+              ("def my_balancing_loss", [])],
+        "torch.testing.assert_close(load_balancing_loss(aux2[\"router_probs\"], aux2[\"expert_index\"], 4), mine2"),
+    "8 balancing loss: the library counts first choices only": (
+        CH8, [("lib:transformer_lib.moe:load_balancing_loss", [("index = expert_index if expert_index.dim() == 2",
+                                                               "index = expert_index[:, :1] if expert_index.dim() == 2")]),
+              ("def my_balancing_loss", [])],
+        "torch.testing.assert_close(load_balancing_loss(aux2[\"router_probs\"], aux2[\"expert_index\"], 4), mine2"),
+    "8 balancing loss: the library's P replaced by the shares": (
+        CH8, [("lib:transformer_lib.moe:load_balancing_loss", [("p = router_probs.mean(dim=0)", "p = f")]),
+              ("E4, T = 4, 400", [])],
+        "assert abs(lb_below - (1 + 2 * float((phi * delta).sum()))) < 1e-12"),
+    "8 parameters: the library's active count ignores K": (
+        CH8, [("lib:transformer_lib.moe:MoELayer.param_counts", [('"active": router + self.top_k * per_expert',
+                                                                 '"active": router + per_expert')]),
+              ("d_c, dff_c = 64, 256", [])],
         'assert counts["total"] == total and counts["active"]'),
-    "8 FLOPs: a multiply-add counted once": (
-        CH8, [("def measured_flops_per_token", [("per_expert_flops = 2 * 2 * d_c * dff_c",
-                                                 "per_expert_flops = 2 * d_c * dff_c")])],
+    "8 parameters: every expert runs on every assignment": (
+        CH8, [("lib:transformer_lib.moe:MoELayer.forward", [("sel = (expert_of == e) & keep", "sel = keep")]),
+              ("d_c, dff_c = 64, 256", [])],
+        'assert reached == counts["active"]'),
+    "8 FLOPs: every expert runs on every assignment": (
+        CH8, [("lib:transformer_lib.moe:MoELayer.forward", [("sel = (expert_of == e) & keep", "sel = keep")]),
+              ("def measured_flops_per_token", [])],
         "assert fl == k * per_expert_flops + 2 * d_c * e"),
-    "8 Mixtral count: d_ff assumed 4d": (
-        CH8, [('mixtral = PRESETS["mixtral-8x7b"]', [("intermediate_size=mixtral.d_ff",
-                                                      "intermediate_size=4 * mixtral.d_model")])],
-        "assert total == hf_total == count_params(our_mixtral)"),
-    "8 MoE GPT: the hook on the first block": (
-        CH8, [("cfg_moe = ModelConfig", [("moe_gpt.blocks[1].mlp.register_forward_hook",
-                                          "moe_gpt.blocks[0].mlp.register_forward_hook")])],
-        'torch.testing.assert_close(seen["y"]'),
+    "8 Mixtral count: the active count keeps every expert": (
+        CH8, [("lib:transformer_lib.counting:param_breakdown", [("experts = (c.top_k if active else c.n_experts) if c.moe else 1",
+                                                               "experts = c.n_experts if c.moe else 1")]),
+              ('mixtral = PRESETS["mixtral-8x7b"]', [])],
+        "assert active == hf_active"),
+    "8 MoE GPT: the blocks keep their dense MLP": (
+        CH8, [("lib:transformer_lib.model:_make_block", [("if c.moe:", "if False:")]),
+              ("cfg_moe = ModelConfig", [])],
+        "assert isinstance(block_mlp, MoELayer)"),
+    "8 MoE GPT: the model's balancing loss summed over the blocks": (
+        CH8, [("lib:transformer_lib.moe:moe_balancing_loss", [("for m in layers]).mean()", "for m in layers]).sum()")]),
+              ("cfg_moe = ModelConfig", [])],
+        "torch.testing.assert_close(lb_model, torch.stack(per_block).mean()"),
     "8 router training: the balancing loss never added": (
         CH8, [("REGIMES, D_IN, E_R, K_R", [('loss = F.mse_loss(out, yr) + alpha * aux["load_balancing_loss"]',
                                             "loss = F.mse_loss(out, yr)")])],
         'assert wi["share"].min() > 0.12'),
+    "8 capacity from scratch: the library lets one assignment too many through": (
+        CH8, [("lib:transformer_lib.moe:MoELayer.forward", [("else slot < cap", "else slot <= cap")]),
+              ("def my_moe_capacity", [])],
+        'assert torch.equal(aux_c["kept"], kept_mine)'),
     "8 capacity: the capacity factor never set": (
         CH8, [("factors = [0.5", [("        lay.capacity_factor = c\n", "")])],
         "assert cap == math.ceil(c * len(xr) * K_R / E_R)"),
@@ -514,13 +686,16 @@ BROKEN = {
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # a broken cell may meet a nan
 @pytest.mark.parametrize("name", list(BROKEN))
-def test_check_fails_when_broken(name):
+def test_check_fails_when_broken(name, monkeypatch):
     stem, steps, failing = BROKEN[name]
     cells, namespace = _chapter(stem)
     namespace = dict(namespace)
     *before, (check, edits) = steps
     for phrase, cell_edits in before:
-        _run(_edited(cells, phrase, cell_edits), namespace)
+        if phrase.startswith("lib:"):
+            _break_library(phrase[4:], cell_edits, namespace, monkeypatch)
+        else:
+            _run(_edited(cells, phrase, cell_edits), namespace)
     source = _edited(cells, check, edits)
     with pytest.raises(AssertionError) as info:
         _run(source, namespace, "<check>")

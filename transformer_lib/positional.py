@@ -146,8 +146,9 @@ def apply_rope(
       LLaMA code (a complex multiplication per pair).
 
     The two differ by a fixed permutation of the features, so they give the same scores once
-    the rows of W_Q and W_K are permuted within each head (what Hugging Face's conversion of
-    Meta's checkpoints does). ``positions``: None for ``0…n−1``, an int offset t for
+    the output features of W_Q and W_K are permuted within each head: the columns of W_Q in
+    the book's ``Q = X W_Q``, the rows of ``nn.Linear.weight`` (what Hugging Face's conversion
+    of Meta's checkpoints does). ``positions``: None for ``0…n−1``, an int offset t for
     ``t…t+n−1`` (KV cache), or a tensor ``(n,)`` or broadcastable to x's ``(…, n)``
     (e.g. ``(b, 1, n)`` for x ``(b, h, n, d)``: one row of positions per sequence);
     ``base`` > 0. Chapter 6.
