@@ -18,9 +18,7 @@ from repo_paths import REPO
 HIDDEN = {"remove-input", "remove-cell", "hide-input", "hide-cell"}
 CHAPTERS = sorted(p.stem for p in (REPO / "chapters").glob("*.ipynb"))
 NOT_YET_CLEAN = {
-    "07_causal_masking": "chapters 7-9 are being cleaned of visible glue calls by another engineer",
-    "08_mixture_of_experts": "chapters 7-9 are being cleaned of visible glue calls by another engineer",
-    "09_parameter_and_flop_counting": "chapters 7-9 are being cleaned of visible glue calls by another engineer",
+    "09_parameter_and_flop_counting": "chapter 9 is being cleaned of visible glue calls by another engineer",
 }
 
 

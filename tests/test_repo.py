@@ -176,14 +176,3 @@ def test_glue_does_not_compile_grammars_on_import():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]", f"importing glue loads {done.stdout.strip()}"
-
-
-@pytest.mark.parametrize("stem", ["06_positional_information", "07_causal_masking", "08_mixture_of_experts"])
-def test_no_visible_cell_calls_glue(stem):
-    """Numbers reach the prose through glue, but the reader sees no glue(...) plumbing: every
-    cell that calls it hides or removes its input (chapters 6–8)."""
-    cells = _cells(REPO / "chapters" / f"{stem}.ipynb")
-    hidden = {"remove-input", "remove-cell", "hide-input"}
-    visible = [_source(c).splitlines()[0] for c in cells if c["cell_type"] == "code"
-               and "glue(" in _source(c) and not hidden & set(c["metadata"].get("tags", []))]
-    assert not visible, f"{stem}: visible cells calling glue(): {visible}"
