@@ -105,6 +105,12 @@ BROKEN = {  # name: (chapter, cell phrase, [(line, broken line)], a phrase of th
         CH1, "h_small = min_gap /", [("nadaraya_watson(x_train, x_train, y_train, h_small)",
                                       "nadaraya_watson(x_train, x_train, y_train.flip(0), h_small)")],
         "close(pred_small, y_train"),
+    "mole: the input vector described without its segment row": (
+        CH1, "mole_out = out_m.last", [("+ minilm.type_emb.weight[0])", "+ 0)")],
+        "torch.testing.assert_close(mole_in[0], by_hand"),
+    "variance: the fresh scores divided by d_k, not √d_k": (
+        CH2, "def sample_scores(dk):", [("(sample_scores(dk) / math.sqrt(dk))", "(sample_scores(dk) / dk)")],
+        "assert abs(scaled - 1) < 4 * se"),
     "mole: vectors read before attention": (
         CH1, "mole_out = out_m.last", [("mole_out = out_m.last[:, at]", "mole_out = out_m.hidden[0][:, at]")],
         "assert not torch.allclose(mole_out[0]"),
