@@ -6,7 +6,9 @@ A second, tiny book proves that a failing cell fails the build.
 """
 from __future__ import annotations
 
+import html
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -50,6 +52,34 @@ def test_chapters_were_executed(built):
         html = (built / "chapters" / f"{nb.stem}.html").read_text()
         assert "✓" in html, f"{nb.name}: no check output on the page: was the notebook executed?"
         assert "Traceback" not in html, f"{nb.name}: a traceback is shown on the page"
+
+
+# A MyST role left as text: {name}` or {domain:name}` (a rendered role leaves neither brace).
+_ROLE = re.compile(r"\{[A-Za-z][\w.:-]*\}`")
+
+
+def unrendered_roles(page: str) -> list[str]:
+    """The MyST roles that a built page prints literally, outside code: `{glue...`, `{cite}`…"""
+    text = re.sub(r"<(pre|code|script|style)\b.*?</\1>", " ", page, flags=re.S | re.I)
+    text = html.unescape(re.sub(r"<[^>]+>", "", text))
+    found = [m.group(0) for m in _ROLE.finditer(text)]
+    found += [text[i:i + 40] for i in (m.start() for m in re.finditer(r"\{glue", text))
+              if not _ROLE.match(text, i)]
+    return found
+
+
+def test_the_role_detector_finds_an_unclosed_glue_role():
+    page = ("<p>At <em>n</em> = 4096 it holds 128 MiB, {glue:text}`wall_ratio:.0f} times less.</p>"
+            "<pre>glue('x', 1)  # {glue:text}`x` in a code block is fine</pre><p>{glue</p>")
+    assert unrendered_roles(page) == ["{glue:text}`", "{glue"]
+    assert unrendered_roles("<p>113 times less, as {cite} shows</p><code>{cite}`k`</code>") == []
+
+
+def test_no_page_prints_a_role_literally(built):
+    """Every {glue}, {cite}, {numref} … role of every page was rendered: none is left as text."""
+    bad = {str(page.relative_to(built)): found for page in sorted(built.rglob("*.html"))
+           if (found := unrendered_roles(page.read_text()))}
+    assert not bad, f"pages print MyST roles literally: {bad}"
 
 
 def test_exercise_pages_are_not_executed(built):
