@@ -147,3 +147,10 @@ def test_check_passes_unbroken(chapters, stem, phrase):
 @pytest.mark.parametrize("seed", range(5))
 def test_scaled_entropy_claims_hold_for_five_seeds(chapters, seed):
     _run_edited(chapters, CH2, "def mean_entropy", [("manual_seed(2)", f"manual_seed({100 + seed})")])
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_variance_estimates_hold_for_five_seeds(chapters, seed):
+    """Var(qᵀk)/d_k and the fresh-sample Var(qᵀk/√d_k) are within four standard errors of 1 at every
+    width, on the samples of five other seeds."""
+    _run_edited(chapters, CH2, "def sample_scores(dk):", [("manual_seed(1)", f"manual_seed({200 + seed})")])
