@@ -82,6 +82,23 @@ def test_no_page_prints_a_role_literally(built):
     assert not bad, f"pages print MyST roles literally: {bad}"
 
 
+def unparsed_tables(page: str) -> list[str]:
+    """Markdown tables that a page prints as a paragraph: a header row of pipes, then its rule."""
+    return [m.group(0)[:60] for m in re.finditer(r"<p>\|[^\n<]*\|\s*\n\|\s*[-—:]", page)]
+
+
+def test_the_table_detector_finds_a_table_left_as_text():
+    assert unparsed_tables("<p>| model | count |\n|—|—|\n| GPT-2 | 124M |</p>")
+    assert not unparsed_tables("<table><tr><th>model</th></tr></table><p>a | b</p>")
+
+
+def test_no_page_prints_a_markdown_table_as_text(built):
+    """Tables that cells display as Markdown are parsed (nb_render_markdown_format: myst)."""
+    bad = {str(page.relative_to(built)): found for page in sorted(built.rglob("*.html"))
+           if (found := unparsed_tables(page.read_text()))}
+    assert not bad, f"pages print markdown tables as text: {bad}"
+
+
 def test_exercise_pages_are_not_executed(built):
     for nb in sorted((REPO / "exercises").glob("*.ipynb")):
         html = (built / "exercises" / f"{nb.stem}.html").read_text()
