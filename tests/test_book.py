@@ -6,7 +6,9 @@ A second, tiny book proves that a failing cell fails the build.
 """
 from __future__ import annotations
 
+import html
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -55,8 +57,6 @@ def test_chapters_were_executed(built):
 def test_no_chapter_page_shows_stderr(built):
     """A warning printed while a chapter runs (a torch UserWarning, say) reaches the page as a
     stderr block that quotes the line which caused it, hidden input or not: no chapter may show one."""
-    import re
-
     shown = {}
     for nb in sorted((REPO / "chapters").glob("*.ipynb")):
         html = (built / "chapters" / f"{nb.stem}.html").read_text()
@@ -64,6 +64,51 @@ def test_no_chapter_page_shows_stderr(built):
         if blocks:
             shown[nb.name] = [re.sub(r"<[^>]+>", "", b).strip()[:300] for b in blocks]
     assert not shown, f"stderr blocks on chapter pages: {shown}"
+
+
+# A MyST role left as text: {name}` or {domain:name}` (a rendered role leaves neither brace).
+_ROLE = re.compile(r"\{[A-Za-z][\w.:-]*\}`")
+
+
+def unrendered_roles(page: str) -> list[str]:
+    """The MyST roles that a built page prints literally, outside code: `{glue...`, `{cite}`…"""
+    text = re.sub(r"<(pre|code|script|style)\b.*?</\1>", " ", page, flags=re.S | re.I)
+    text = html.unescape(re.sub(r"<[^>]+>", "", text))
+    found = [m.group(0) for m in _ROLE.finditer(text)]
+    found += [text[i:i + 40] for i in (m.start() for m in re.finditer(r"\{glue", text))
+              if not _ROLE.match(text, i)]
+    return found
+
+
+def test_the_role_detector_finds_an_unclosed_glue_role():
+    page = ("<p>At <em>n</em> = 4096 it holds 128 MiB, {glue:text}`wall_ratio:.0f} times less.</p>"
+            "<pre>glue('x', 1)  # {glue:text}`x` in a code block is fine</pre><p>{glue</p>")
+    assert unrendered_roles(page) == ["{glue:text}`", "{glue"]
+    assert unrendered_roles("<p>113 times less, as {cite} shows</p><code>{cite}`k`</code>") == []
+
+
+def test_no_page_prints_a_role_literally(built):
+    """Every {glue}, {cite}, {numref} … role of every page was rendered: none is left as text."""
+    bad = {str(page.relative_to(built)): found for page in sorted(built.rglob("*.html"))
+           if (found := unrendered_roles(page.read_text()))}
+    assert not bad, f"pages print MyST roles literally: {bad}"
+
+
+def unparsed_tables(page: str) -> list[str]:
+    """Markdown tables that a page prints as a paragraph: a header row of pipes, then its rule."""
+    return [m.group(0)[:60] for m in re.finditer(r"<p>\|[^\n<]*\|\s*\n\|\s*[-—:]", page)]
+
+
+def test_the_table_detector_finds_a_table_left_as_text():
+    assert unparsed_tables("<p>| model | count |\n|—|—|\n| GPT-2 | 124M |</p>")
+    assert not unparsed_tables("<table><tr><th>model</th></tr></table><p>a | b</p>")
+
+
+def test_no_page_prints_a_markdown_table_as_text(built):
+    """Tables that cells display as Markdown are parsed (nb_render_markdown_format: myst)."""
+    bad = {str(page.relative_to(built)): found for page in sorted(built.rglob("*.html"))
+           if (found := unparsed_tables(page.read_text()))}
+    assert not bad, f"pages print markdown tables as text: {bad}"
 
 
 def test_exercise_pages_are_not_executed(built):

@@ -105,6 +105,12 @@ BROKEN = {  # name: (chapter, cell phrase, [(line, broken line)], a phrase of th
         CH1, "h_small = min_gap /", [("nadaraya_watson(x_train, x_train, y_train, h_small)",
                                       "nadaraya_watson(x_train, x_train, y_train.flip(0), h_small)")],
         "close(pred_small, y_train"),
+    "mole: the input vector described without its segment row": (
+        CH1, "mole_out = out_m.last", [("+ minilm.type_emb.weight[0])", "+ 0)")],
+        "torch.testing.assert_close(mole_in[0], by_hand"),
+    "variance: the fresh scores divided by d_k, not √d_k": (
+        CH2, "def sample_scores(dk):", [("(sample_scores(dk) / math.sqrt(dk))", "(sample_scores(dk) / dk)")],
+        "assert abs(scaled - 1) < 4 * se"),
     "mole: vectors read before attention": (
         CH1, "mole_out = out_m.last", [("mole_out = out_m.last[:, at]", "mole_out = out_m.hidden[0][:, at]")],
         "assert not torch.allclose(mole_out[0]"),
@@ -141,3 +147,10 @@ def test_check_passes_unbroken(chapters, stem, phrase):
 @pytest.mark.parametrize("seed", range(5))
 def test_scaled_entropy_claims_hold_for_five_seeds(chapters, seed):
     _run_edited(chapters, CH2, "def mean_entropy", [("manual_seed(2)", f"manual_seed({100 + seed})")])
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_variance_estimates_hold_for_five_seeds(chapters, seed):
+    """Var(qᵀk)/d_k and the fresh-sample Var(qᵀk/√d_k) are within four standard errors of 1 at every
+    width, on the samples of five other seeds."""
+    _run_edited(chapters, CH2, "def sample_scores(dk):", [("manual_seed(1)", f"manual_seed({200 + seed})")])

@@ -1,5 +1,5 @@
-"""The check cells of chapters 3 to 9 can fail: each case breaks the code a check guards (or
-the input it is given) and the check must raise.
+"""The check cells of chapters 3 to 9 and the appendix can fail: each case breaks the code a
+check guards (or the input it is given) and the check must raise.
 
 A chapter's code cells up to the last cell used here run once, in-process (plots go to Agg,
 IPython magics are dropped, figure cells and the training loops no case needs are skipped).
@@ -8,9 +8,10 @@ AssertionError on the line holding the given phrase. A step is a cell with some 
 (found by a phrase of its source, never by index), or a line of the library broken: a step
 named "lib:module:function" (or "lib:module:Class.method") recompiles that function from its
 source with the lines replaced and puts it in place of the original for the case, in the
-module and in the chapter's namespace, so a check can be shown to catch a bug inside
-transformer_lib (the rotation of RoPE dropped inside the attention layer, say).
-Chapters 1 and 2 have the same test in test_chapter_checks.py.
+module and in the chapter's namespace. A case may also patch the library whole: each
+(module, name, make_broken) replaces `module.name` by `make_broken(original)` for the case. So a
+check can be shown to catch a bug inside transformer_lib (the rotation of RoPE dropped inside
+the attention layer, say). Chapters 1 and 2 have the same test in test_chapter_checks.py.
 
 A training check is broken with a learning rate a million times too small and fewer steps (the
 fewer steps only save time); chapter 7's language model is not trained in the set-up, as no
@@ -19,32 +20,33 @@ other case needs it (its claims are tested over five seeds in test_causal_claims
 from __future__ import annotations
 
 import __future__
-import contextlib
 import functools
 import importlib
 import inspect
-import io
 import os
 import textwrap
 import traceback
 
-import nbformat
 import pytest
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from repo_paths import REPO  # noqa: E402
+import torch.nn.functional as F  # noqa: E402
+
+from notebook_cells import code_cells, edited, find, run, source  # noqa: E402
 
 CH3, CH4, CH5 = "03_the_transformer_block", "04_the_residual_stream", "05_multi_head_attention"
 CH6 = "06_positional_information"
 CH7, CH8, CH9 = "07_causal_masking", "08_mixture_of_experts", "09_parameter_and_flop_counting"
+APP = "appendix_beyond_words"
 
 # For each chapter: the last cell the cases need, and cells not run (training no case needs).
 LAST = {CH3: "cfg = BertConfig()", CH4: "mask = y_test != -100", CH5: "head_choices = [1, 2, 4]",
         CH6: "alibi_drop = mean_acc", CH7: "published = {3:", CH8: "factors = [0.5",
-        CH9: "def minimal(q, k, v)"}
-SKIP = {CH4: (), CH6: (), CH7: ("steps=300, lr=6e-3", 'glue("val_loss"'), CH3: (), CH5: (), CH8: (), CH9: ()}
+        CH9: "def minimal(q, k, v)", APP: "n_err, w_err = 512, 32"}
+SKIP = {CH4: (), CH6: (), CH7: ("steps=300, lr=6e-3", 'glue("val_loss"'), CH3: (), CH5: (), CH8: (), CH9: (),
+        APP: ()}
 
 
 def _is_figure(cell) -> bool:
@@ -54,48 +56,17 @@ def _is_figure(cell) -> bool:
             and ("plt.show()" in cell.source or "display(" in cell.source))
 
 
-def _cells(stem: str) -> list:
-    nb = nbformat.read(REPO / "chapters" / f"{stem}.ipynb", as_version=4)
-    return [c for c in nb.cells if c.cell_type == "code"]
-
-
-def _source(cell) -> str:
-    return "\n".join(line for line in cell.source.splitlines() if not line.startswith("%"))
-
-
-def _find(cells: list, phrase: str) -> int:
-    found = [i for i, c in enumerate(cells) if phrase in c.source]
-    assert len(found) == 1, f"{phrase!r} is in {len(found)} cells"
-    return found[0]
-
-
-def _run(source: str, namespace: dict, name: str = "<cell>") -> None:
-    with contextlib.redirect_stdout(io.StringIO()):
-        exec(compile(source, name, "exec"), namespace)
-
-
 @functools.cache
 def _chapter(stem: str) -> tuple[list, dict]:
     """Run the chapter's cells up to LAST[stem] once; return its cells and namespace."""
     import matplotlib.pyplot as plt
-    cells, namespace = _cells(stem), {"__name__": "__main__"}
-    skip = {_find(cells, phrase) for phrase in SKIP[stem]}
-    for i, cell in enumerate(cells[: _find(cells, LAST[stem]) + 1]):
+    cells, namespace = code_cells(stem), {"__name__": "__main__"}
+    skip = {find(cells, phrase) for phrase in SKIP[stem]}
+    for i, cell in enumerate(cells[: find(cells, LAST[stem]) + 1]):
         if i not in skip and not _is_figure(cell):
-            _run(_source(cell), namespace)
+            run(source(cell), namespace)
         plt.close("all")
     return cells, namespace
-
-
-def _replaced(source: str, edits: list[tuple[str, str]], where: str) -> str:
-    for old, new in edits:
-        assert source.count(old) == 1, f"{old!r} is not once in {where}"
-        source = source.replace(old, new)
-    return source
-
-
-def _edited(cells: list, phrase: str, edits: list[tuple[str, str]]) -> str:
-    return _replaced(_source(cells[_find(cells, phrase)]), edits, f"the cell {phrase!r}")
 
 
 def _break_library(target: str, edits: list[tuple[str, str]], namespace: dict, monkeypatch) -> None:
@@ -108,20 +79,31 @@ def _break_library(target: str, edits: list[tuple[str, str]], namespace: dict, m
     owner = functools.reduce(getattr, path, module)
     original = inspect.getattr_static(owner, name)
     function = original.__func__ if isinstance(original, (staticmethod, classmethod)) else original
-    source = _replaced(textwrap.dedent(inspect.getsource(function)), edits, target)
+    code = textwrap.dedent(inspect.getsource(function))
+    for old, new in edits:
+        assert code.count(old) == 1, f"{old!r} is not once in {target}"
+        code = code.replace(old, new)
     scope = dict(vars(module))
     if owner is not module:   # a method: zero-argument super() needs its class named
         scope["__class__"] = owner
-        source = source.replace("super()", "super(__class__, self)")
+        code = code.replace("super()", "super(__class__, self)")
     flags = __future__.annotations.compiler_flag
-    exec(compile(source, f"<broken {target}>", "exec", flags=flags, dont_inherit=True), scope)
+    exec(compile(code, f"<broken {target}>", "exec", flags=flags, dont_inherit=True), scope)
     monkeypatch.setattr(owner, name, scope[name])
     for key, value in list(namespace.items()):
         if value is original:
             namespace[key] = scope[name]
 
 
-# name: (chapter, [(cell phrase, [(line, broken line), ...]), ...], phrase of the failing line).
+def _full_attention(q, k, v, window):
+    """Sliding-window attention as the full masked product: right values, n² work."""
+    from transformer_lib.attention import scaled_dot_product_attention
+    from transformer_lib.efficient import sliding_window_mask
+    return scaled_dot_product_attention(q, k, v, mask=sliding_window_mask(q.shape[-2], window))[0]
+
+
+# name: (chapter, [(cell phrase, [(line, broken line), ...]), ...], phrase of the failing line
+#        [, [(module, name, make_broken), ...] library patches]).
 # The last cell of the list is the check cell; the ones before it define what it uses.
 BROKEN = {
     # --- Chapter 3: the transformer block
@@ -636,25 +618,65 @@ BROKEN = {
     "9 GPT-3 matrices: one Q, K, V matrix per layer, not per head": (
         CH9, [("stated = {", [("(L * heads * 3, d, d_head)", "(L * 3, d, d_head)")])],
         "assert (n_matrices, matrix_total) =="),
+    "9 rule of thumb: 12Ld² without the vocabulary": (
+        CH9, [("def matrix_count(c)", [("rough = 12 * c.n_layers * c.d_model**2 + c.vocab_size * c.d_model",
+                                        "rough = 12 * c.n_layers * c.d_model**2")])],
+        "assert all(-0.02 < rule_error[m][0] < 0 for m in gpt_style)"),
+    "9 matrix count: SwiGLU with two matrices": (
+        CH9, [("def matrix_count(c)", [('k = 3 if c.mlp == "swiglu" else 2', "k = 2")])],
+        "assert all(abs(rule_error[m][1]) < 1e-4 for m in llama)"),
+    "9 matrix count: K and V as wide as Q (GQA ignored)": (
+        CH9, [("def matrix_count(c)", [("2 * d * c.kv_dim", "2 * d * d")])],
+        "assert all(abs(rule_error[m][1]) < 1e-4 for m in llama)"),
     "9 published counts: vocabulary gain against the wrong model": (
         CH9, [("bert_large_heads = count_params", [('counts["LLaMA-3 70B"] - counts["LLaMA-2 70B"]',
                                                     'counts["LLaMA-3 70B"] - counts["LLaMA-2 7B"]')])],
-        "assert vocab_gain == 2 * (128_256 - 32_000) * 8192"),
-    "9 shares: the pooler left out": (
-        CH9, [('groups = ["embedding"', [('"unembedding", "other"]', '"unembedding"]')])],
-        "assert np.allclose(frac.sum(axis=1), 1.0)"),
+        "assert rest_2 == rest_3 and tables_3 - tables_2 == vocab_gain"),
+    "9 shares: the library's breakdown without the norms": (
+        CH9, [("stated = {", []), ('GROUP = {"tok_emb"', [])],
+        "assert found == shares[name], name",
+        [("transformer_lib.counting", "_norm_params", lambda original: lambda c: 0)]),
+    "9 FLOPs from scratch: A·V forgotten": (
+        CH9, [("def my_flops_per_token", [("attention = 2 * n * d + 2 * n * d", "attention = 2 * n * d")])],
+        "assert my_flops_per_token(PRESETS[preset], n) == flops_per_token(PRESETS[preset], n)"),
+    "9 FLOPs by counter: the library counts A·V once": (
+        CH9, [("small = ModelConfig(vocab_size=97", [])],
+        "assert flops_per_token(c, n) * n == flops, (label, n)",
+        [("transformer_lib.counting", "flops_breakdown", lambda original: lambda config, n: {
+            **original(config, n), "attention_scores": original(config, n)["attention_scores"] // 2})]),
     "9 FLOPs by counter: every variant run with the first config": (
         CH9, [("small = ModelConfig(vocab_size=97", [("model = GPT(c).eval()", "model = GPT(small).eval()")])],
-        "assert flops_per_token(c, n) * n == counter.get_total_flops()"),
+        "assert flops_per_token(c, n) * n == flops, (label, n)"),
+    "9 FLOPs by counter: the model built one layer deeper": (
+        CH9, [("small = ModelConfig(vocab_size=97", [("model = GPT(c).eval()",
+                                                      "model = GPT(replace(c, n_layers=c.n_layers + 1)).eval()")])],
+        "assert quadratic == [4 * c.n_layers * c.d_model] * 2"),
+    "9 training: the blocks' weights frozen": (
+        CH9, [("train_ratio = {}", [("    model = GPT(c)\n", "    model = GPT(c)\n    model.blocks.requires_grad_(False)\n")])],
+        "assert training.get_total_flops() == 3 * forward.get_total_flops()"),
     "9 training FLOPs: the forward pass only": (
         CH9, [("D_tokens = 300e9", [("train = 6 * N3 * D_tokens", "train = 2 * N3 * D_tokens")])],
         "assert abs(train / published - 1) < 0.005"),
+    "9 PF-days: a petaFLOP/s for an hour": (
+        CH9, [("PF_DAY = 1e15", [("PF_DAY = 1e15 * 86_400", "PF_DAY = 1e15 * 3_600")])],
+        "assert abs(pf_days / 3640 - 1) < 0.005"),
     "9 crossover: QKᵀ counted, AV forgotten": (
         CH9, [("def crossover(c)", [("weights / (4 * c.d_model)", "weights / (2 * c.d_model)")])],
-        'assert parts["attention_scores"] == parts["attention_proj"] + parts["mlp"]'),
-    "9 attention per token: not divided by n": (
-        CH9, [("ns = np.unique(np.logspace", [("[key] / c.n_layers / n", "[key] / c.n_layers")])],
-        "assert np.allclose(attn[1:] / attn[:-1], ns[1:] / ns[:-1])"),
+        "assert attention == weights, (c.mlp, attention, weights)"),
+    "9 crossover: the library's SwiGLU with two matrices": (
+        CH9, [("def crossover(c)", [])],
+        "assert attention == weights, (c.mlp, attention, weights)",
+        [("transformer_lib.counting", "_mlp_matrices", lambda original: lambda c: 2)]),
+    "9 doubling n: the model attends to a window of 16 keys": (
+        CH9, [("(a1, w1, _), (a2, w2, _) = measured_parts", [])],
+        "assert a2 == 4 * a1 and w2 == 2 * w1",
+        [("transformer_lib.multihead", "scaled_dot_product_attention", lambda original: (
+            lambda q, k, v, mask=None, bias=None: original(
+                q, k[..., -16:, :], v[..., -16:, :], mask=None if mask is None else mask[..., -16:],
+                bias=None if bias is None else bias[..., -16:])))]),
+    "9 causal tiles: the causal flag not passed on": (
+        CH9, [("n_c, block = 1024, 64", [("causal=causal, block_q=block", "causal=False, block_q=block")])],
+        "assert tile_flops[True] * 2 * m == tile_flops[False] * (m + 1)"),
     "9 KV cache: K counted, V forgotten": (
         CH9, [("tiny = ModelConfig(vocab_size=50, n_ctx=64", [('layer["k"].numel() + layer["v"].numel()',
                                                               'layer["k"].numel()')])],
@@ -663,6 +685,10 @@ BROKEN = {
         CH9, [("tiny = ModelConfig(vocab_size=50, n_ctx=64", [("per_token = kv_cache_size(l3, 1) * 2",
                                                                "per_token = kv_cache_size(l3, 1)")])],
         "assert per_token == 327_680"),
+    "9 decode: the step run without its cache": (
+        CH9, [("def decode_flops(c, n)", [("lm_model(torch.zeros(1, 1, dtype=torch.long), cache=cache)",
+                                           "lm_model(torch.zeros(1, 1, dtype=torch.long))")])],
+        "assert step.get_total_flops() == decode_flops(lm, 21)"),
     "9 online softmax: the running output not rescaled": (
         CH9, [("def online_attention", [("a = torch.exp(m - m_new) * a + p @ v", "a = a + p @ v")])],
         "torch.testing.assert_close(online_attention(q, k, v, block=32), explicit"),
@@ -674,39 +700,124 @@ BROKEN = {
                                                       "tiled_attention(q, k, v, causal=False,")])],
         "torch.testing.assert_close(got, reference"),
     "9 memory wall: a key block as long as the sequence": (
-        CH9, [("wall_ns = [256", [("block_q=256, block_k=256)", "block_q=256, block_k=4096)")])],
+        CH9, [("wall_ns = [256", [("block_q=256, block_k=256)", "block_q=256, block_k=2048)")])],
         "assert np.all(tiled_peak[1:] == tiled_peak[1])"),
     "9 speed: the library given K and V swapped": (
         CH9, [("def minimal(q, k, v)", [('"library": lambda: scaled_dot_product_attention(q, k, v)',
                                          '"library": lambda: scaled_dot_product_attention(q, v, k)'),
                                         ("for _ in range(7):", "for _ in range(1):")])],
         'torch.testing.assert_close(runs["library"]()[0], runs["fused"]()'),
+
+    # --- Appendix: attention beyond words
+    "A Nadaraya–Watson: the bandwidth not squared": (
+        APP, [("def sector_weights(z)", [("-d2 / (2 * h * h)", "-d2 / (2 * h)")])],
+        "assert torch.allclose(mine, chapter1"),
+    "A firms: the keys of the main model tied to its queries": (
+        APP, [("class PeerAttention", [('(("attention", False), ("attention, W_K tied', '(("attention", True), ("attention, W_K tied')]),
+              ("sector = z_test[..., 4:]", [])],
+        "assert forward_higher > 0.95"),
+    "A firms: the baseline's keys not tied": (
+        APP, [("class PeerAttention", [('("attention, W_K tied to W_Q", True)', '("attention, W_K tied to W_Q", False)')]),
+              ("sector = z_test[..., 4:]", [])],
+        "assert (s_tied - s_tied.transpose(-1, -2)).abs().max() < 1e-5"),
+    "A firms: the learning rate's exponent mistyped": (
+        APP, [("class PeerAttention", [("steps=150, lr=2e-2", "steps=15, lr=2e-8")]),
+              ("sector = z_test[..., 4:]", [])],
+        "assert forward_higher > 0.95"),
+    "A patchify: rows of pixels, not patches": (
+        APP, [("def patchify_scratch", [])],
+        "assert torch.equal(patchify(x, 4), reference)",
+        [("transformer_lib.vision", "patchify", lambda original: (
+            lambda images, patch: images.reshape(images.shape[0], -1, images.shape[1] * patch * patch)))]),
+    "A patchify from scratch: the permutation left out": (
+        APP, [("def patchify_scratch", [(".permute(0, 2, 4, 1, 3, 5).reshape", ".reshape")])],
+        "assert torch.equal(patchify_scratch(x, 4), reference)"),
+    "A ViT: the learning rate's exponent mistyped": (
+        APP, [("split = torch.randperm", [("steps=VIT_STEPS, lr=1e-2", "steps=20, lr=1e-8")])],
+        "assert acc > 0.9 and acc > acc_bag + 0.02"),
+    "A logistic regression: a penalty a thousand times too large": (
+        APP, [("def logistic_regression", [("l2=1 / (2 * len(train_idx))", "l2=1000 / (2 * len(train_idx))")])],
+        "assert acc_logistic > acc"),
+    "A rolled patches: the bag model given positions": (
+        APP, [("split = torch.randperm", [("train_vit(positions=False)", "train_vit(positions=True, seed=1)"),
+                                          ("assert acc > 0.9 and acc > acc_bag + 0.02, (acc, acc_bag)", "pass")]),
+              ("test_images = images[test_idx]", [])],
+        "assert bag_change < 1e-4"),
+    "A graph: attention ignores the adjacency mask": (
+        APP, [("n_nodes, d_node = 8, 6", [])],
+        "assert torch.allclose(y_graph[i], w @ v[nbrs]",
+        [("transformer_lib.attention", "scaled_dot_product_attention",
+          lambda original: lambda q, k, v, mask=None, bias=None: original(q, k, v, bias=bias))]),
+    "A graph: the mask not permuted with the nodes": (
+        APP, [("n_nodes, d_node = 8, 6", [("y_perm = layer(x_nodes[perm], mask=G[perm][:, perm])",
+                                           "y_perm = layer(x_nodes[perm], mask=G)")])],
+        "assert torch.allclose(y_perm, y_graph[perm]"),
+    "A gradient path: the LSTM's forget gate held open": (
+        APP, [("d_rnn, n_grad = 32, 256", [("lstm, head = torch.nn.LSTM(d_rnn, d_rnn, batch_first=True), SelfAttention(d_rnn, d_rnn)\n",
+                                            "lstm, head = torch.nn.LSTM(d_rnn, d_rnn, batch_first=True), SelfAttention(d_rnn, d_rnn)\n"
+                                            "with torch.no_grad():\n    lstm.bias_ih_l0[d_rnn:2 * d_rnn] = 30.0\n")])],
+        "assert grad_lstm[64] < 1e-8 * grad_lstm[1]"),
+    "A LSTM work: one matrix of the step counted": (
+        APP, [("def best_time(f, repeat=5", [("lstm.weight_ih_l0.numel() + lstm.weight_hh_l0.numel()",
+                                              "lstm.weight_hh_l0.numel()")])],
+        "assert lstm_madds(1) == 8 * d_rnn**2"),
+    "A LSTM work: the attention head without its value product": (
+        APP, [("def best_time(f, repeat=5", [])],
+        "assert all(a == 3 * n * d_rnn**2 + 2 * n * n * d_rnn",
+        [("transformer_lib.attention", "scaled_dot_product_attention", lambda original: (
+            lambda q, k, v, mask=None, bias=None: (original(q, k, v[..., :1], mask=mask, bias=bias)[0].expand(
+                *v.shape[:-2], q.shape[-2], v.shape[-1]), None)))]),
+    "A quadratic wall: linear attention without its normaliser": (
+        APP, [("g = torch.Generator().manual_seed(5)", [])],
+        "assert torch.allclose(linear_attention(q, k, v), linear_scratch",
+        [("transformer_lib.efficient", "linear_attention", lambda original: (
+            lambda q, k, v: (F.elu(q) + 1) @ ((F.elu(k) + 1).transpose(-2, -1) @ v)))]),
+    "A quadratic wall: the window one key too narrow": (
+        APP, [("g = torch.Generator().manual_seed(5)", [])],
+        "assert torch.equal(band, sliding_window_mask(300, w))",
+        [("transformer_lib.efficient", "sliding_window_mask", lambda original: lambda n, w: original(n, w - 1))]),
+    "A cost: the sliding window computed as masked full attention": (
+        APP, [("ns_cost, d_cost, w_cost", [])],
+        'assert 1.9 < growth["sliding window"] < 2.1',
+        [("transformer_lib.efficient", "sliding_window_attention", lambda original: (
+            lambda q, k, v, window: _full_attention(q, k, v, window)))]),
+    "A accuracy: tiled attention drops the last key": (
+        APP, [("n_err, w_err = 512, 32", [])],
+        'assert max(errors_wall["diffuse", "tiled"], errors_wall["local", "tiled"]) < 1e-12',
+        [("transformer_lib.tiled", "tiled_attention", lambda original: (
+            lambda q, k, v, **kw: original(q, k[..., :-1, :], v[..., :-1, :], **kw)))]),
 }
 
 
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # a broken cell may meet a nan
 @pytest.mark.parametrize("name", list(BROKEN))
 def test_check_fails_when_broken(name, monkeypatch):
-    stem, steps, failing = BROKEN[name]
+    stem, steps, failing, *patches = BROKEN[name]
     cells, namespace = _chapter(stem)
     namespace = dict(namespace)
+    for module_name, attr, make_broken in (patches[0] if patches else []):
+        module = importlib.import_module(module_name)
+        original = getattr(module, attr)
+        broken = make_broken(original)
+        monkeypatch.setattr(module, attr, broken)
+        namespace.update({key: broken for key, value in namespace.items() if value is original})
     *before, (check, edits) = steps
     for phrase, cell_edits in before:
         if phrase.startswith("lib:"):
             _break_library(phrase[4:], cell_edits, namespace, monkeypatch)
         else:
-            _run(_edited(cells, phrase, cell_edits), namespace)
-    source = _edited(cells, check, edits)
+            run(edited(cells, phrase, cell_edits), namespace)
+    code = edited(cells, check, edits)
     with pytest.raises(AssertionError) as info:
-        _run(source, namespace, "<check>")
+        run(code, namespace, "<check>")
     line = [tb for tb in traceback.extract_tb(info.tb) if tb.filename == "<check>"][-1].lineno
-    assert failing in source.splitlines()[line - 1], source.splitlines()[line - 1]
+    assert failing in code.splitlines()[line - 1], code.splitlines()[line - 1]
 
 
 @pytest.mark.parametrize("stem", sorted(LAST))
 def test_every_check_cell_has_a_case(stem):
-    cells = _cells(stem)
-    covered = [_find(cells, steps[-1][0]) for s, steps, _ in BROKEN.values() if s == stem]
+    cells = code_cells(stem)
+    covered = [find(cells, case[1][-1][0]) for case in BROKEN.values() if case[0] == stem]
     missing = [cells[i].source.splitlines()[0] for i, c in enumerate(cells)
                if "assert" in c.source and i not in covered]
     assert not missing, f"check cells of {stem} without a broken case: {missing}"

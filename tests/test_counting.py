@@ -236,3 +236,57 @@ def test_pooler_params_are_one_d_by_d_linear(bias):
     c = ModelConfig(vocab_size=10, n_ctx=8, d_model=16, n_layers=1, n_heads=2, pooler=True, bias=bias,
                     lm_head=False, causal=False)
     assert param_breakdown(c)["other"] == count_params(torch.nn.Linear(16, 16, bias=bias)) == 16 * 16 + 16 * bias
+
+
+def _counted(model: torch.nn.Module, idx: torch.Tensor, backward: bool = False) -> int:
+    with FlopCounterMode(display=False) as counter:
+        logits = model(idx)
+        if backward:
+            torch.nn.functional.cross_entropy(logits.flatten(0, 1), idx.flatten()).backward()
+    return counter.get_total_flops()
+
+
+@pytest.mark.parametrize("changes", [dict(), dict(mlp="swiglu", norm="rmsnorm", bias=False, n_kv_heads=1,
+                                                  tied_embeddings=False, positional="rope", d_ff=40)])
+def test_the_n_squared_term_is_4Ld_as_measured(changes):
+    """FlopCounterMode at n, 2n and 4n: total(n) = a·n + b·n², and b = (C(2n) − 2C(n)) / 2n² is the
+    4·L·d of the attention matmuls, in the counter and in the formula."""
+    config = ModelConfig(**{**dict(vocab_size=23, n_ctx=64, d_model=16, n_layers=3, n_heads=2), **changes})
+    model = GPT(config).eval()
+    with torch.no_grad():
+        counted = {n: _counted(model, torch.zeros(1, n, dtype=torch.long)) for n in (8, 16, 32)}
+    for n in (8, 16):
+        assert (counted[2 * n] - 2 * counted[n]) / (2 * n * n) == 4 * config.n_layers * config.d_model
+        assert (forward_flops(config, 2 * n) - 2 * forward_flops(config, n)) / (2 * n * n) \
+            == 4 * config.n_layers * config.d_model
+
+
+@pytest.mark.parametrize("changes", [dict(), dict(d_model=32, n_layers=3, n_heads=4, n_kv_heads=2,
+                                                  mlp="swiglu", norm="rmsnorm", bias=False, tied_embeddings=False)])
+def test_training_costs_three_forward_passes(changes):
+    """Forward + backward of a cross-entropy loss: every matmul of the forward pass has two of the
+    same size in the backward pass (input and weight gradients), so exactly 3 × forward = 6N + 12Lnd
+    per token."""
+    config = ModelConfig(**{**dict(vocab_size=23, n_ctx=16, d_model=16, n_layers=2, n_heads=2), **changes})
+    torch.manual_seed(0)
+    model = GPT(config)
+    idx = torch.randint(0, config.vocab_size, (3, 16), generator=torch.Generator().manual_seed(0))
+    forward = _counted(model, idx)
+    assert forward == 3 * forward_flops(config, 16)
+    assert _counted(model, idx, backward=True) == 3 * forward
+
+
+@pytest.mark.parametrize("n,block", [(256, 64), (256, 32), (192, 64)])
+def test_a_causal_mask_halves_the_attention_work_of_tiled_attention(n, block):
+    """Tiled attention with causal=True skips the tiles above the diagonal: of m² tiles it computes
+    m(m + 1)/2, so (m + 1)/2m of the FLOPs, which tends to one half."""
+    from transformer_lib.tiled import tiled_attention
+    q, k, v = (torch.randn(1, n, 8, generator=torch.Generator().manual_seed(i)) for i in range(3))
+    flops = {}
+    for causal in (False, True):
+        with FlopCounterMode(display=False) as counter:
+            tiled_attention(q, k, v, causal=causal, block_q=block, block_k=block)
+        flops[causal] = counter.get_total_flops()
+    m = n // block
+    assert flops[False] == 2 * 2 * n * n * 8
+    assert flops[True] * 2 * m == flops[False] * (m + 1)

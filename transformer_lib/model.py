@@ -88,7 +88,8 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(c.d_model, c.vocab_size, bias=False)
         if c.tied_embeddings:
             self.lm_head.weight = self.tok_emb.weight
-        self._init_weights()
+        if not self.tok_emb.weight.is_meta:   # built on the meta device (to count): no values
+            self._init_weights()
 
     @torch.no_grad()
     def _init_weights(self) -> None:
