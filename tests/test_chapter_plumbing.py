@@ -3,8 +3,7 @@
 belong in cells whose input is removed or hidden (`remove-input`, `remove-cell`, `hide-input`,
 `hide-cell`), as STYLE.md asks.
 
-Every chapter is listed; the ones still being cleaned are expected to fail until their owners
-finish, and then simply leave `NOT_YET_CLEAN`.
+Every chapter is listed.
 """
 from __future__ import annotations
 
@@ -17,9 +16,6 @@ from repo_paths import REPO
 
 HIDDEN = {"remove-input", "remove-cell", "hide-input", "hide-cell"}
 CHAPTERS = sorted(p.stem for p in (REPO / "chapters").glob("*.ipynb"))
-NOT_YET_CLEAN = {
-    "09_parameter_and_flop_counting": "chapter 9 is being cleaned of visible glue calls by another engineer",
-}
 
 
 def _glue_calls(source: str) -> list[str]:
@@ -54,11 +50,7 @@ def test_the_detector_finds_glue_calls_and_only_calls():
     assert _glue_calls("from myst_nb import glue\n# glue('x', 1)\ns = 'glue(x)'") == []
 
 
-@pytest.mark.parametrize("stem", [
-    pytest.param(stem, marks=pytest.mark.xfail(reason=NOT_YET_CLEAN[stem], strict=False))
-    if stem in NOT_YET_CLEAN else stem
-    for stem in CHAPTERS
-])
+@pytest.mark.parametrize("stem", CHAPTERS)
 def test_no_visible_cell_calls_glue(stem):
     found = visible_glue_calls(stem)
     assert not found, f"{stem}: glue calls in visible code cells (move them to a remove-input cell): {found}"
