@@ -25,14 +25,17 @@ def toc_files(repo: Path) -> list[str]:
     return re.findall(r"^\s*-?\s*file:\s*([^\s#]+)", toc.read_text(), flags=re.M)
 
 
+PAGE_FOLDERS = ("guides", "chapters", "exercises")
+
+
 def book_pages(html: Path, repo: Path | None) -> list[str]:
-    """Chapter and exercises pages (`chapters/x.html`): from _toc.yml, else from the build."""
+    """Guide, chapter and exercises pages (`chapters/x.html`): from _toc.yml, else from the build."""
     if repo is not None:
-        files = [f for f in toc_files(repo) if f.startswith(("chapters/", "exercises/"))]
+        files = [f for f in toc_files(repo) if f.startswith(tuple(f"{d}/" for d in PAGE_FOLDERS))]
         if files:
             return [f"{Path(f).with_suffix('')}.html" for f in files]
     found = [p.relative_to(html).as_posix()
-             for d in ("chapters", "exercises") for p in html.glob(f"{d}/*.html")]
+             for d in PAGE_FOLDERS for p in html.glob(f"{d}/*.html")]
     return sorted(found)
 
 

@@ -34,7 +34,8 @@ HINT = ("browser tests skipped: install Debian's chromium (apt-get install chrom
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run",
                  "--disable-quic"]
-DOCS = ["_config.yml", "_toc.yml", "*.md", "references.bib", "chapters/*.ipynb", "exercises/*.ipynb"]
+DOCS = ["_config.yml", "_toc.yml", "*.md", "references.bib", "chapters/*.ipynb", "exercises/*.ipynb", "guides/*.md",
+        "guides/samples/*"]
 # Static files: Sphinx copies them only when some page is rebuilt, hence `--all` below.
 ASSETS = ["_assets/*.css", "_assets/*.js", "_assets/vendor/NOTICE.txt"]
 
@@ -62,7 +63,7 @@ def root_path() -> str:
 
 @pytest.fixture(scope="session")
 def all_page_paths() -> list[str]:
-    """Chapter and exercises pages, in table-of-contents order."""
+    """Guide, chapter and exercises pages, in table-of-contents order."""
     return _pages()
 
 

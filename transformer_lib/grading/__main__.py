@@ -89,8 +89,8 @@ def _gradescope(args: argparse.Namespace) -> int:
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Parse the command line and run the sub-command."""
+def parser() -> argparse.ArgumentParser:
+    """The command line's parser (each sub-command's function is its ``run`` default)."""
     parser = argparse.ArgumentParser(prog="python -m transformer_lib.grading",
                                      description="Release and grade the course's exercise notebooks.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -127,7 +127,12 @@ def main(argv: list[str] | None = None) -> int:
     gs.add_argument("source", type=Path, help="the instructor notebook (exercises/source/NN_topic.ipynb)")
     gs.add_argument("--out", type=Path, default=Path("autograder.zip"))
     gs.set_defaults(run=_gradescope)
-    args = parser.parse_args(argv)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse the command line and run the sub-command."""
+    args = parser().parse_args(argv)
     return args.run(args)
 
 
