@@ -30,7 +30,11 @@ $(STAMP): requirements.txt $(wildcard requirements/*.txt) pyproject.toml
 $(VENDOR): package.json package-lock.json scripts/vendor_assets.py | $(STAMP)
 	$(BIN)/python scripts/vendor_assets.py
 
+# The notebooks are executed side by side into the execution cache first (scripts/execute_book.py),
+# then the build renders them; a notebook that failed there is executed again by the build, which
+# reports its error.
 book: install
+	$(BIN)/python scripts/execute_book.py
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
 	@echo "Book built: _build/html/index.html"
 

@@ -23,6 +23,9 @@ FLAGS = ["--warningiserror", "--nitpick", "--keep-going"]
 
 
 def _build(source: Path, out: Path) -> subprocess.CompletedProcess:
+    if source == REPO:  # as make book does: the notebooks side by side into the execution cache first
+        subprocess.run([sys.executable, str(REPO / "scripts" / "execute_book.py")], cwd=REPO, capture_output=True,
+                       timeout=900)
     return subprocess.run([JB, "build", str(source), "--path-output", str(out), *FLAGS],
                           cwd=source, capture_output=True, text=True, timeout=900)
 

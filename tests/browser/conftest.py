@@ -126,6 +126,8 @@ def _build_book() -> None:
         if _is_fresh():
             return
         every_page = ["--all"] if _built_at() < _newest(ASSETS) else []
+        subprocess.run([sys.executable, str(REPO / "scripts" / "execute_book.py")], cwd=REPO, capture_output=True,
+                       timeout=900)  # the notebooks side by side into the cache; failures are the build's to report
         for attempt in (1, 2):  # once, a CI build left no index.html; the log says why next time
             done = subprocess.run([str(jb), "build", ".", "--warningiserror", "--nitpick", "--keep-going",
                                    *every_page], cwd=REPO, capture_output=True, text=True, timeout=900)
