@@ -40,7 +40,7 @@ ATTACKS: dict[str, dict[str, tuple[dict[str, str], set[str]]]] = {
             """}, {"check_rms_norm"}),
     },
     "04_the_residual_stream": {
-        "climb the stack": ({"pre_norm_block": CLIMB}, {"check_pre_norm_block"}),
+        "climb the stack": ({"ablate_write": CLIMB}, {"check_ablate_write"}),
     },
     "05_multi_head_attention": {
         "the library's split in a thread": ({"split_qkv": """
