@@ -48,6 +48,14 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             weights = torch.softmax(-squared / (2 * bandwidth**2), dim=-1)
             return weights @ V, weights
             """}, {"check_nw_vectors"}, "computed a tensor of 120 numbers"),
+        "NW on vectors, one query at a time": ({"nw_vectors": """
+            rows = []
+            for x in Q:
+                squared = ((K - x) ** 2).sum(dim=-1)
+                rows.append(torch.softmax(-squared / (2 * bandwidth**2), dim=-1))
+            weights = torch.stack(rows)
+            return weights @ V, weights
+            """}, {"check_nw_vectors"}, "a hidden test (other inputs) fails: nw_vectors ran # torch operations"),
         "NW on vectors, kernel without the 2": ({"nw_vectors": """
             weights = torch.softmax((2 * Q @ K.T - (K * K).sum(dim=-1)) / bandwidth**2, dim=-1)
             return weights @ V, weights

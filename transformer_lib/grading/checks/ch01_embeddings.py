@@ -81,13 +81,15 @@ def check_embedding_lookup(fn: Callable, ids: torch.Tensor | None = None, W_E: t
 
 class _Largest(TorchDispatchMode):
     """The largest tensor any of torch's operations created while the block ran (views, which share
-    an input's memory, are not counted): a measurement of what the computation held at once."""
+    an input's memory, are not counted), and how many operations ran: what the computation held at
+    once, and whether it loops over the queries."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.largest = 0
+        self.largest, self.ops = 0, 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        self.ops += 1
         out = func(*args, **(kwargs or {}))
         inputs = {t.untyped_storage().data_ptr() for t in _tensors((args, kwargs))}
         for t in _tensors(out):
@@ -107,12 +109,13 @@ def _tensors(value: Any) -> list[torch.Tensor]:
 
 
 def _run_nw(fn: Callable, case: dict) -> dict:
-    """The student's (pred, weights), and the largest tensor computed on the way (measured here)."""
+    """The student's (pred, weights), the largest tensor computed on the way and the number of torch
+    operations (measured here)."""
     watch = _Largest()
     with watch:
         result = call(fn, case["Q"].clone(), case["K"].clone(), case["V"].clone(), case["bandwidth"],
                       banned=_DISTANCES)
-    return {"result": result, "largest": watch.largest}
+    return {"result": result, "largest": watch.largest, "ops": watch.ops}
 
 
 def check_nw_vectors(fn: Callable, hidden: int = 0) -> None:
@@ -121,7 +124,7 @@ def check_nw_vectors(fn: Callable, hidden: int = 0) -> None:
     differences. Chapter 1."""
     if hidden:
         g = hidden_generator("nw_vectors", hidden)
-        q, m, d = draw(g, 30, 40), draw(g, 40, 50), draw(g, 20, 30)
+        q, m, d = draw(g, 50, 60), draw(g, 40, 50), draw(g, 20, 30)  # a loop over the queries shows
         keys = randn(g, m, d) * (0.5 + torch.rand(m, 1, generator=g, dtype=torch.float64))  # unequal norms
         few = randn(g, draw(g, 2, 8), 3)
         cases = [dict(Q=randn(g, q, d), K=keys, V=randn(g, m, draw(g, 1, 4)),
@@ -210,6 +213,9 @@ def _embedding_lookup(case: dict, out: dict) -> None:
              "gradient of every position holding token c", grad_ref.numpy(), grad)
 
 
+_MAX_OPS = 40  # torch operations an answer without a loop needs (about ten); a loop over 50+ queries needs more
+
+
 def _nw_reference(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, h: float, two: float = 2.0,
                   square: bool = True, key_norms: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Nadaraya–Watson on vectors from the distances themselves (a (q, m, d) tensor is fine here), the
@@ -243,12 +249,16 @@ def _nw_vectors(case: dict, out: dict) -> None:
     q, m, d = Q.shape[0], K.shape[0], Q.shape[1]
     allowed = max(q * m, q * d, m * d, m * V.shape[1], q * V.shape[1])
     if close(weights, w_ref, atol, atol) and close(pred, pred_ref, atol, atol):
-        largest = out.get("largest")
+        largest, ops = out.get("largest"), out.get("ops")
         if not isinstance(largest, int) or largest > allowed:
             raise CheckFailed(f"nw_vectors computed a tensor of {largest} numbers, more than any (q, m), (m, d) or "
                               f"(q, d) array ({allowed}): the differences x − k of every query and key, "
                               f"(q, m, d) = ({q}, {m}, {d}). Expand the square instead, ‖x − k‖² = ‖x‖² − 2 xᵀk "
                               "+ ‖k‖², so that one matrix product gives every xᵀk")
+        if not isinstance(ops, int) or ops > _MAX_OPS:
+            raise CheckFailed(f"nw_vectors ran {ops} torch operations for {q} queries: it loops over the queries "
+                              "(or the keys). One matrix product Q Kᵀ gives every query's dot products at once; "
+                              "expand ‖x − k‖² around it")
         return
     variants = {
         "the keys' norms do not cancel: −‖x − k‖²/2h² = (xᵀk − ‖k‖²/2 − ‖x‖²/2)/h², and only the query's "
