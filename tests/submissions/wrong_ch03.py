@@ -3,6 +3,22 @@ bodies substituted (by grade_id), the checks that must catch each (and only thos
 the first failing message must contain."""
 from __future__ import annotations
 
+_STACK = """
+A_star, W_V_star, b_V_star = As[0], W_Vs[0], {b0}
+for A, W_V, b_V in zip(As[1:{end}], W_Vs[1:{end}], b_Vs[1:{end}]):
+    A_star = {a}
+    W_V_star = {w}
+    b_V_star = {b}
+return A_star, W_V_star, {out}
+"""
+
+
+def _stack(a: str = "A @ A_star", w: str = "W_V_star @ W_V", b: str = "b_V_star @ W_V + b_V", b0: str = "b_Vs[0]",
+           end: str = "", out: str = "b_V_star") -> dict[str, str]:
+    """The collapse of a stack with one step changed (the right one by default)."""
+    return {"collapse#1": _STACK.format(a=a, w=w, b=b, b0=b0, end=end, out=out)}
+
+
 WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
     "03_the_transformer_block": {
         "RMSNorm that subtracts the mean (LayerNorm without β)": ({"rms_norm": """
@@ -78,51 +94,17 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
         "value layer without its bias": ({"collapse#0": """
             return A @ Y @ W_V
             """}, {"check_value_layer"}, "the value bias b_V is missing"),
-        "collapse with the attention weights in the wrong order": ({"collapse#1": """
-            A_star, W_V_star, b_V_star = As[0], W_Vs[0], b_Vs[0]
-            for A, W_V, b_V in zip(As[1:], W_Vs[1:], b_Vs[1:]):
-                A_star = A_star @ A
-                W_V_star = W_V_star @ W_V
-                b_V_star = b_V_star @ W_V + b_V
-            return A_star, W_V_star, b_V_star
-            """}, {"check_collapse_stack"}, "multiplies the layers' weights in the wrong order"),
-        "collapse with the value maps in the wrong order": ({"collapse#1": """
-            A_star, W_V_star, b_V_star = As[0], W_Vs[0], b_Vs[0]
-            for A, W_V, b_V in zip(As[1:], W_Vs[1:], b_Vs[1:]):
-                A_star = A @ A_star
-                W_V_star = W_V @ W_V_star
-                b_V_star = b_V_star @ W_V + b_V
-            return A_star, W_V_star, b_V_star
-            """}, {"check_collapse_stack"}, "W_V1 comes first"),
-        "collapse with the biases summed": ({"collapse#1": """
-            A_star, W_V_star = As[0], W_Vs[0]
-            for A, W_V in zip(As[1:], W_Vs[1:]):
-                A_star = A @ A_star
-                W_V_star = W_V_star @ W_V
-            return A_star, W_V_star, sum(b_Vs)
-            """}, {"check_collapse_stack"}, "a plain sum of the biases leaves the later maps out"),
-        "collapse keeping the last bias only": ({"collapse#1": """
-            A_star, W_V_star = As[0], W_Vs[0]
-            for A, W_V in zip(As[1:], W_Vs[1:]):
-                A_star = A @ A_star
-                W_V_star = W_V_star @ W_V
-            return A_star, W_V_star, b_Vs[-1]
-            """}, {"check_collapse_stack"}, "only the last layer's bias"),
-        "collapse with each bias through its own value map": ({"collapse#1": """
-            A_star, W_V_star, b_V_star = As[0], W_Vs[0], b_Vs[0] @ W_Vs[0]
-            for A, W_V, b_V in zip(As[1:], W_Vs[1:], b_Vs[1:]):
-                A_star = A @ A_star
-                W_V_star = W_V_star @ W_V
-                b_V_star = (b_V_star + b_V) @ W_V
-            return A_star, W_V_star, b_V_star
-            """}, {"check_collapse_stack"}, "does not pass through W_Vl itself"),
-        "collapse hard-coded to three layers": ({"collapse#1": """
-            A_star, W_V_star, b_V_star = As[0], W_Vs[0], b_Vs[0]
-            for A, W_V, b_V in zip(As[1:3], W_Vs[1:3], b_Vs[1:3]):
-                A_star = A @ A_star
-                W_V_star = W_V_star @ W_V
-                b_V_star = b_V_star @ W_V + b_V
-            return A_star, W_V_star, b_V_star
-            """}, {"check_collapse_stack"}, "a hidden test (other inputs) fails"),
+        "collapse with the attention weights in the wrong order": (_stack(a="A_star @ A"), {"check_collapse_stack"},
+                                                                   "multiplies the layers' weights in the wrong order"),
+        "collapse with the value maps in the wrong order": (_stack(w="W_V @ W_V_star"), {"check_collapse_stack"},
+                                                            "W_V1 comes first"),
+        "collapse with the biases summed": (_stack(out="sum(b_Vs)"), {"check_collapse_stack"},
+                                            "a plain sum of the biases leaves the later maps out"),
+        "collapse keeping the last bias only": (_stack(out="b_Vs[-1]"), {"check_collapse_stack"},
+                                                "only the last layer's bias"),
+        "collapse with each bias through its own value map": (_stack(b0="b_Vs[0] @ W_Vs[0]", b="(b_V_star + b_V) @ W_V"),
+                                                              {"check_collapse_stack"}, "does not pass through W_Vl itself"),
+        "collapse hard-coded to three layers": (_stack(end="3"), {"check_collapse_stack"},
+                                                "a hidden test (other inputs) fails"),
     },
 }
