@@ -102,8 +102,9 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
                                             "a plain sum of the biases leaves the later maps out"),
         "collapse keeping the last bias only": (_stack(out="b_Vs[-1]"), {"check_collapse_stack"},
                                                 "only the last layer's bias"),
-        "collapse with each bias through its own value map": (_stack(b0="b_Vs[0] @ W_Vs[0]", b="(b_V_star + b_V) @ W_V"),
-                                                              {"check_collapse_stack"}, "does not pass through W_Vl itself"),
+        "collapse with each bias through its own value map": (
+            _stack(b0="b_Vs[0] @ W_Vs[0]", b="(b_V_star + b_V) @ W_V"), {"check_collapse_stack"},
+            "does not pass through W_Vl itself"),
         "collapse hard-coded to three layers": (_stack(end="3"), {"check_collapse_stack"},
                                                 "a hidden test (other inputs) fails"),
     },
