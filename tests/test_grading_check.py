@@ -78,10 +78,10 @@ def test_a_notebook_that_only_works_out_of_order_is_reported(runs):
     assert code == 1, err[-2000:]
     assert "✗ check_stable_softmax (2 points): the check cell raised NameError before the check could record a result" in out
     assert "NameError: name 'stable_softmax' is not defined" in out
-    assert "✓ check_attention (2 points): passed" in out and "8 of 9 visible checks pass (10 of 12 points" in out
-    assert "your saved notebook was not run top to bottom: cell 22 ran as In [9], before cell 21" in out
+    assert "✓ check_attention (2 points): passed" in out and "9 of 10 visible checks pass (11 of 13 points" in out
+    assert "your saved notebook was not run top to bottom: cell 25 ran as In [9], before cell 24" in out
     assert ("cell 12 (check cell check_stable_softmax) raised NameError: name 'stable_softmax' is not defined; "
-            "'stable_softmax' is defined only further down, in cell 22") in out
+            "'stable_softmax' is defined only further down, in cell 25") in out
     assert "In your saved notebook this cell ran without error (In [10])" in out
 
 
@@ -94,7 +94,7 @@ def test_a_cell_that_raised_before_the_checks_is_reported(runs):
 def test_a_correct_notebook_passes_without_warnings(runs):
     code, out, err = runs["correct"]
     assert code == 0, out + err[-2000:]
-    assert "9 of 9 visible checks pass (12 of 12 points" in out and "No warnings" in out
+    assert "10 of 10 visible checks pass (13 of 13 points" in out and "No warnings" in out
     assert "at most 30 s per cell and 300 s in all" in out
 
 

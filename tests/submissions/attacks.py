@@ -23,40 +23,42 @@ raise RuntimeError("nothing to climb to")
 
 ATTACKS: dict[str, dict[str, tuple[dict[str, str], set[str]]]] = {
     "03_the_transformer_block": {
-        "climb the stack": ({"layer_norm": CLIMB}, {"check_layer_norm"}),
-        "banned call in a thread": ({"layer_norm": """
+        "climb the stack": ({"rms_norm": CLIMB}, {"check_rms_norm"}),
+        "banned call in a thread": ({"rms_norm": """
             from concurrent.futures import ThreadPoolExecutor
             with ThreadPoolExecutor(1) as pool:
-                return pool.submit(torch.layer_norm, x, (x.shape[-1],), gamma, beta, eps).result()
-            """}, {"check_layer_norm"}),
-        "switch the watch off": ({"layer_norm": """
+                return pool.submit(torch.rms_norm, x, (x.shape[-1],), gamma, eps).result()
+            """}, {"check_rms_norm"}),
+        "switch the watch off": ({"rms_norm": """
             import sys
             sys.setprofile(None)
             with torch._C.DisableTorchFunction():
-                return torch.layer_norm(x, (x.shape[-1],), gamma, beta, eps)
-            """}, {"check_layer_norm"}),
-        "torch.ops": ({"layer_norm": """
-            return torch.ops.aten.layer_norm(x, [x.shape[-1]], gamma, beta, eps)
-            """}, {"check_layer_norm"}),
+                return torch.rms_norm(x, (x.shape[-1],), gamma, eps)
+            """}, {"check_rms_norm"}),
+        "torch.ops": ({"rms_norm": """
+            return torch.ops.aten.rms_norm(x, [x.shape[-1]], gamma, eps)
+            """}, {"check_rms_norm"}),
     },
     "04_the_residual_stream": {
-        "climb the stack": ({"pre_norm_block": CLIMB}, {"check_pre_norm_block"}),
+        "climb the stack": ({"ablate_write": CLIMB}, {"check_ablate_write"}),
     },
     "05_multi_head_attention": {
-        "the library's split in a thread": ({"split_merge": """
+        "the library's split in a thread": ({"split_qkv": """
             import threading
-            from transformer_lib.multihead import split_heads as library_split, merge_heads as library_merge
+            from transformer_lib.multihead import split_heads as library_split
 
-            def split_heads(x, n_heads):
-                out = []
-                thread = threading.Thread(target=lambda: out.append(library_split(x, n_heads)))
-                thread.start()
-                thread.join()
-                return out[0]
+            d_k = fused.shape[-1] // (n_heads + 2 * n_kv_heads)
+            out = []
 
-            def merge_heads(x):
-                return library_merge(x)
-            """}, {"check_split_heads", "check_merge_heads"}),
+            def work():
+                q, k, v = fused.split([n_heads * d_k, n_kv_heads * d_k, n_kv_heads * d_k], dim=-1)
+                out.extend([library_split(q, n_heads), library_split(k, n_kv_heads), library_split(v, n_kv_heads)])
+
+            thread = threading.Thread(target=work)
+            thread.start()
+            thread.join()
+            return tuple(out)
+            """}, {"check_split_qkv"}),
     },
     "06_positional_information": {
         "read the encoder's name from its closure": ({"relative_test": """

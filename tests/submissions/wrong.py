@@ -8,26 +8,6 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             one_hot = F.one_hot(ids, num_classes=W_E.shape[0]).to(W_E.dtype)
             return W_E.T @ one_hot.T
             """}, {"check_embedding_lookup"}, "transposed"),
-        "NW weights not normalised": ({"nadaraya_watson": """
-            differences = x_query[:, None] - x_train[None, :]
-            kernel = torch.exp(-differences**2 / (2 * bandwidth**2))
-            return kernel @ y_train, kernel
-            """}, {"check_nadaraya_watson"}, "normalised"),
-        "NW weights transposed": ({"nadaraya_watson": """
-            differences = x_query[:, None] - x_train[None, :]
-            kernel = torch.exp(-differences**2 / (2 * bandwidth**2))
-            weights = kernel / kernel.sum(dim=1, keepdim=True)
-            return weights @ y_train, weights.T
-            """}, {"check_nadaraya_watson"}, "transposed"),
-        "NW kernel without the 2": ({"nadaraya_watson": """
-            differences = x_query[:, None] - x_train[None, :]
-            kernel = torch.exp(-differences**2 / bandwidth**2)
-            weights = kernel / kernel.sum(dim=1, keepdim=True)
-            return weights @ y_train, weights
-            """}, {"check_nadaraya_watson"}, "kernel width"),
-        "fixed mixing accepts smaller sets": ({"accepted_set_sizes": """
-            return [size for size in sizes if size <= W.shape[0]]
-            """}, {"check_accepted_set_sizes"}, "smaller sets"),
         "embedding by indexing instead of one-hot": ({"embed_via_one_hot": """
             return W_E[ids]
             """}, {"check_embedding_lookup"}, "indexing (W_E[ids]), a row lookup"),
@@ -59,13 +39,80 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             one_hot = F.one_hot(ids, num_classes=W_E.shape[0]).to(W_E.dtype)
             return one_hot @ W_E.detach() + 0 * W_E.sum()
             """}, {"check_embedding_lookup"}, "one_hotᵀ · G"),
-        "fixed mixing sizes hard-coded to the visible n = 4": ({"accepted_set_sizes": """
-            return [size for size in sizes if size == 4]
-            """}, {"check_accepted_set_sizes"}, "a hidden test (other inputs) fails: a fixed mixing matrix"),
-        "Nadaraya-Watson from the course library": ({"nadaraya_watson": """
-            from transformer_lib.embedding import nadaraya_watson as library_nadaraya_watson
-            return library_nadaraya_watson(x_query, x_train, y_train, bandwidth)
-            """}, {"check_nadaraya_watson"}, "the course library (embedding.nadaraya_watson)"),
+        "NW on vectors without the keys' norms": ({"nw_vectors": """
+            weights = torch.softmax(Q @ K.T / bandwidth**2, dim=-1)
+            return weights @ V, weights
+            """}, {"check_nw_vectors"}, "the keys' norms do not cancel"),
+        "NW on vectors through the (q, m, d) differences": ({"nw_vectors": """
+            squared = ((Q[:, None, :] - K[None, :, :]) ** 2).sum(dim=-1)
+            weights = torch.softmax(-squared / (2 * bandwidth**2), dim=-1)
+            return weights @ V, weights
+            """}, {"check_nw_vectors"}, "computed a tensor of 120 numbers"),
+        "NW on vectors, one query at a time": ({"nw_vectors": """
+            rows = []
+            for x in Q:
+                squared = ((K - x) ** 2).sum(dim=-1)
+                rows.append(torch.softmax(-squared / (2 * bandwidth**2), dim=-1))
+            weights = torch.stack(rows)
+            return weights @ V, weights
+            """}, {"check_nw_vectors"}, "a hidden test (other inputs) fails: nw_vectors ran # torch operations"),
+        "NW on vectors, kernel without the 2": ({"nw_vectors": """
+            weights = torch.softmax((2 * Q @ K.T - (K * K).sum(dim=-1)) / bandwidth**2, dim=-1)
+            return weights @ V, weights
+            """}, {"check_nw_vectors"}, "kernel width"),
+        "NW on vectors dividing by h, not h squared": ({"nw_vectors": """
+            weights = torch.softmax((Q @ K.T - (K * K).sum(dim=-1) / 2) / bandwidth, dim=-1)
+            return weights @ V, weights
+            """}, {"check_nw_vectors"}, "bandwidth squared"),
+        "NW on vectors, weights not normalised": ({"nw_vectors": """
+            scores = (Q @ K.T - (K * K).sum(dim=-1) / 2) / bandwidth**2
+            weights = torch.exp(scores - scores.amax(dim=-1, keepdim=True))
+            return weights @ V, weights
+            """}, {"check_nw_vectors"}, "do not sum to 1"),
+        "NW on vectors, weights transposed": ({"nw_vectors": """
+            weights = torch.softmax((Q @ K.T - (K * K).sum(dim=-1) / 2) / bandwidth**2, dim=-1)
+            return weights @ V, weights.T
+            """}, {"check_nw_vectors"}, "transposed"),
+        "NW on vectors, kernel values without the softmax's shift": ({"nw_vectors": """
+            kernel = torch.exp((Q @ K.T - (K * K).sum(dim=-1) / 2 - (Q * Q).sum(dim=-1, keepdim=True) / 2)
+                               / bandwidth**2)
+            weights = kernel / kernel.sum(dim=-1, keepdim=True)
+            return weights @ V, weights
+            """}, {"check_nw_vectors"}, "a hidden test (other inputs) fails: weights contains"),
+        "NW on vectors with torch.cdist": ({"nw_vectors": """
+            weights = torch.softmax(-torch.cdist(Q, K) ** 2 / (2 * bandwidth**2), dim=-1)
+            return weights @ V, weights
+            """}, {"check_nw_vectors"}, "torch's cdist"),
+        "NW on vectors with the course library's softmax": ({"nw_vectors": """
+            from transformer_lib.attention import softmax as library_softmax
+            weights = library_softmax((Q @ K.T - (K * K).sum(dim=-1) / 2) / bandwidth**2)
+            return weights @ V, weights
+            """}, {"check_nw_vectors"}, "the course library (attention.softmax)"),
+        "equivariant part: W itself": ({"equivariant_part": """
+            return W.clone()
+            """}, {"check_equivariant_part"}, "that is W itself"),
+        "equivariant part: the mean of all entries": ({"equivariant_part": """
+            return torch.full_like(W, float(W.mean()))
+            """}, {"check_equivariant_part"}, "never off the diagonal"),
+        "equivariant part: W symmetrised": ({"equivariant_part": """
+            return (W + W.T) / 2
+            """}, {"check_equivariant_part"}, "averaging W and Wᵀ is not enough"),
+        "equivariant part: the cyclic shifts only": ({"equivariant_part": """
+            n = W.shape[0]
+            return sum(torch.roll(W, (k, k), dims=(0, 1)) for k in range(n)) / n
+            """}, {"check_equivariant_part"}, "the n cyclic shifts only"),
+        "equivariant part: the diagonal only": ({"equivariant_part": """
+            return torch.diagonal(W).mean() * torch.eye(W.shape[0], dtype=W.dtype)
+            """}, {"check_equivariant_part"}, "not to 0"),
+        "equivariant part: an average over random permutations": ({"equivariant_part": """
+            n = W.shape[0]
+            g = torch.Generator().manual_seed(0)
+            total = torch.zeros_like(W)
+            for _ in range(500):
+                perm = torch.randperm(n, generator=g)
+                total += W[perm][:, perm]
+            return total / 500
+            """}, {"check_equivariant_part"}, "does not commute with a permutation"),
         "fixed mixing question: any number of rows": ({"fixed_mixing_answer": """
             answer_fixed_mixing = "a"
             """}, {"check_fixed_mixing_answer"}, "inner dimensions"),
@@ -178,6 +225,29 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
         "score std hard-coded to the visible answer": ({"variance_questions#0": """
             return 16.0
             """}, {"check_score_std"}, "a hidden test (other inputs) fails: score_std(#)"),
+        "permuted mask left unchanged": ({"permuted_mask": """
+            return mask.clone()
+            """}, {"check_permuted_mask"}, "that is the mask unchanged"),
+        "permuted mask moved the other way": ({"permuted_mask": """
+            inverse = torch.argsort(perm)
+            return mask[inverse][:, inverse]
+            """}, {"check_permuted_mask"}, "moves the mask the other way"),
+        "permuted mask with only its rows moved": ({"permuted_mask": """
+            return mask[perm]
+            """}, {"check_permuted_mask"}, "only the rows moved"),
+        "permuted mask with only its columns moved": ({"permuted_mask": """
+            return mask[:, perm]
+            """}, {"check_permuted_mask"}, "only the columns moved"),
+        "permuted mask transposed": ({"permuted_mask": """
+            return mask[perm][:, perm].T
+            """}, {"check_permuted_mask"}, "the mask is transposed"),
+        "permuted mask as numbers": ({"permuted_mask": """
+            return mask[perm][:, perm].float()
+            """}, {"check_permuted_mask"}, "must return a boolean tensor"),
+        "permuted mask rebuilt as a causal mask for the visible example": ({"permuted_mask": """
+            n = len(perm)
+            return (perm[None, :] <= perm[:, None]) & torch.ones(n, n, dtype=torch.bool)
+            """}, {"check_permuted_mask"}, "a hidden test (other inputs) fails"),
     },
 }
 from submissions.wrong_ch03 import WRONG as _ch03; WRONG.update(_ch03)  # noqa: E402, E702

@@ -3,107 +3,109 @@ bodies substituted (by grade_id), the checks that must catch each (and only thos
 the first failing message must contain."""
 from __future__ import annotations
 
+_STACK = """
+A_star, W_V_star, b_V_star = As[0], W_Vs[0], {b0}
+for A, W_V, b_V in zip(As[1:{end}], W_Vs[1:{end}], b_Vs[1:{end}]):
+    A_star = {a}
+    W_V_star = {w}
+    b_V_star = {b}
+return A_star, W_V_star, {out}
+"""
+
+
+def _stack(a: str = "A @ A_star", w: str = "W_V_star @ W_V", b: str = "b_V_star @ W_V + b_V", b0: str = "b_Vs[0]",
+           end: str = "", out: str = "b_V_star") -> dict[str, str]:
+    """The collapse of a stack with one step changed (the right one by default)."""
+    return {"collapse#1": _STACK.format(a=a, w=w, b=b, b0=b0, end=end, out=out)}
+
+
 WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
     "03_the_transformer_block": {
-        "LayerNorm statistics over the batch axis": ({"layer_norm": """
-            mu = x.mean(dim=0, keepdim=True)
-            var = ((x - mu) ** 2).mean(dim=0, keepdim=True)
-            return gamma * (x - mu) / torch.sqrt(var + eps) + beta
-            """}, {"check_layer_norm"}, "batch/first axis"),
-        "LayerNorm statistics over the sequence axis": ({"layer_norm": """
-            mu = x.mean(dim=-2, keepdim=True)
-            var = ((x - mu) ** 2).mean(dim=-2, keepdim=True)
-            return gamma * (x - mu) / torch.sqrt(var + eps) + beta
-            """}, {"check_layer_norm"}, "sequence axis"),
-        "LayerNorm with the unbiased variance": ({"layer_norm": """
-            mu = x.mean(dim=-1, keepdim=True)
-            var = x.var(dim=-1, keepdim=True)
-            return gamma * (x - mu) / torch.sqrt(var + eps) + beta
-            """}, {"check_layer_norm"}, "biased one"),
-        "LayerNorm with eps outside the square root": ({"layer_norm": """
-            mu = x.mean(dim=-1, keepdim=True)
-            std = x.std(dim=-1, unbiased=False, keepdim=True)
-            return gamma * (x - mu) / (std + eps) + beta
-            """}, {"check_layer_norm"}, "inside the square root"),
-        "LayerNorm without gamma and beta": ({"layer_norm": """
-            mu = x.mean(dim=-1, keepdim=True)
-            var = ((x - mu) ** 2).mean(dim=-1, keepdim=True)
-            return (x - mu) / torch.sqrt(var + eps)
-            """}, {"check_layer_norm"}, "γ and β are missing"),
-        "LayerNorm without beta": ({"layer_norm": """
-            mu = x.mean(dim=-1, keepdim=True)
-            var = ((x - mu) ** 2).mean(dim=-1, keepdim=True)
-            return gamma * (x - mu) / torch.sqrt(var + eps)
-            """}, {"check_layer_norm"}, "β is missing"),
-        "LayerNorm via torch's layer_norm": ({"layer_norm": """
-            return F.layer_norm(x, x.shape[-1:], gamma, beta, eps)
-            """}, {"check_layer_norm"}, "layer_norm, which this exercise asks you to write"),
-        "LayerNorm from the course library": ({"layer_norm": """
-            from transformer_lib.block import LayerNorm
-            ln = LayerNorm(x.shape[-1], eps=eps).to(x.dtype)
+        "RMSNorm that subtracts the mean (LayerNorm without β)": ({"rms_norm": """
+            centred = x - x.mean(dim=-1, keepdim=True)
+            return gamma * centred / torch.sqrt((centred**2).mean(dim=-1, keepdim=True) + eps)
+            """}, {"check_rms_norm"}, "RMSNorm does not subtract the mean"),
+        "RMSNorm dividing by the standard deviation": ({"rms_norm": """
+            var = x.var(dim=-1, unbiased=False, keepdim=True)
+            return gamma * x / torch.sqrt(var + eps)
+            """}, {"check_rms_norm"}, "over the raw values"),
+        "RMSNorm with eps outside the square root": ({"rms_norm": """
+            return gamma * x / (torch.sqrt((x * x).mean(dim=-1, keepdim=True)) + eps)
+            """}, {"check_rms_norm"}, "ε belongs inside the square root"),
+        "RMSNorm with the sum of squares": ({"rms_norm": """
+            return gamma * x / torch.sqrt((x * x).sum(dim=-1, keepdim=True) + eps)
+            """}, {"check_rms_norm"}, "not the sum"),
+        "RMSNorm without the square root": ({"rms_norm": """
+            return gamma * x / ((x * x).mean(dim=-1, keepdim=True) + eps)
+            """}, {"check_rms_norm"}, "the square root is missing"),
+        "RMSNorm without gamma": ({"rms_norm": """
+            return x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps)
+            """}, {"check_rms_norm"}, "γ is missing"),
+        "RMSNorm over the batch axis": ({"rms_norm": """
+            return gamma * x / torch.sqrt((x * x).mean(dim=0, keepdim=True) + eps)
+            """}, {"check_rms_norm"}, "first (batch) axis"),
+        "RMSNorm over the sequence axis": ({"rms_norm": """
+            return gamma * x / torch.sqrt((x * x).mean(dim=-2, keepdim=True) + eps)
+            """}, {"check_rms_norm"}, "sequence axis"),
+        "RMSNorm via torch's rms_norm": ({"rms_norm": """
+            return F.rms_norm(x, x.shape[-1:], gamma, eps)
+            """}, {"check_rms_norm"}, "rms_norm, which this exercise asks you to write"),
+        "RMSNorm via torch.nn.RMSNorm": ({"rms_norm": """
+            norm = torch.nn.RMSNorm(x.shape[-1], eps=eps, dtype=x.dtype)
             with torch.no_grad():
-                ln.weight.copy_(gamma)
-                ln.bias.copy_(beta)
-                return ln(x)
-            """}, {"check_layer_norm"}, "the course library"),
-        "LayerNorm in half precision": ({"layer_norm": """
+                norm.weight.copy_(gamma)
+                return norm(x)
+            """}, {"check_rms_norm"}, "rms_norm, which this exercise asks you to write"),
+        "RMSNorm from the course library": ({"rms_norm": """
+            from transformer_lib.block import RMSNorm
+            norm = RMSNorm(x.shape[-1], eps=eps).to(x.dtype)
+            with torch.no_grad():
+                norm.weight.copy_(gamma)
+                return norm(x)
+            """}, {"check_rms_norm"}, "the course library"),
+        "RMSNorm in half precision": ({"rms_norm": """
             h = x.half()
-            mu = h.mean(dim=-1, keepdim=True)
-            var = ((h - mu) ** 2).mean(dim=-1, keepdim=True)
-            return (gamma.half() * (h - mu) / torch.sqrt(var + eps) + beta.half()).to(x.dtype)
-            """}, {"check_layer_norm"}, "differs"),
-        "LayerNorm that ignores the eps it is given": ({"layer_norm": """
-            mu = x.mean(dim=-1, keepdim=True)
-            var = ((x - mu) ** 2).mean(dim=-1, keepdim=True)
-            return gamma * (x - mu) / torch.sqrt(var + 1e-5) + beta
-            """}, {"check_layer_norm"}, "a hidden test (other inputs) fails: layer_norm differs"),
-        "MLP without the activation": ({"mlp": """
-            return (X @ W1 + b1) @ W2 + b2
-            """}, {"check_mlp"}, "no activation"),
-        "MLP with the activation after the second layer": ({"mlp": """
-            act = torch.relu if activation == "relu" else F.gelu
-            return act((X @ W1 + b1) @ W2 + b2)
-            """}, {"check_mlp"}, "not after the second"),
-        "MLP with the activation after both layers": ({"mlp": """
-            act = torch.relu if activation == "relu" else F.gelu
-            return act(act(X @ W1 + b1) @ W2 + b2)
-            """}, {"check_mlp"}, "applied twice"),
-        "MLP with the tanh approximation of GELU": ({"mlp": """
-            H = X @ W1 + b1
-            H = torch.relu(H) if activation == "relu" else F.gelu(H, approximate="tanh")
-            return H @ W2 + b2
-            """}, {"check_mlp"}, "tanh"),
-        "MLP that always uses ReLU": ({"mlp": """
-            return torch.relu(X @ W1 + b1) @ W2 + b2
-            """}, {"check_mlp"}, "asked for 'gelu'"),
-        "MLP that mixes tokens through a wrong reshape": ({"mlp": """
-            flat = X.reshape(X.shape[-1], -1).T
-            H = flat @ W1 + b1
-            H = torch.relu(H) if activation == "relu" else F.gelu(H)
-            return (H @ W2 + b2).T.reshape(X.shape)
-            """}, {"check_mlp"}, "depends on the other tokens"),
+            return (gamma.half() * h / torch.sqrt((h * h).mean(dim=-1, keepdim=True) + eps)).to(x.dtype)
+            """}, {"check_rms_norm"}, "differs"),
+        "RMSNorm that ignores the eps it is given": ({"rms_norm": """
+            return gamma * x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + 1e-6)
+            """}, {"check_rms_norm"}, "a hidden test (other inputs) fails: rms_norm differs"),
+        "fold: γ scales the columns of W1": ({"fold_norm": """
+            return W1 * gamma, beta @ W1 + b1
+            """}, {"check_fold_norm"}, "γ scales the columns of W1 here"),
+        "fold: W1 left unchanged": ({"fold_norm": """
+            return W1, beta @ W1 + b1
+            """}, {"check_fold_norm"}, "W1 is unchanged"),
+        "fold: β left out": ({"fold_norm": """
+            return gamma[:, None] * W1, b1
+            """}, {"check_fold_norm"}, "b1 alone leaves β out"),
+        "fold: b1 left out": ({"fold_norm": """
+            return gamma[:, None] * W1, beta @ W1
+            """}, {"check_fold_norm"}, "the MLP's own bias b1 is still there"),
+        "fold: β added to b1 without crossing W1": ({"fold_norm": """
+            return gamma[:, None] * W1, beta + b1
+            """}, {"check_fold_norm"}, "not β + b1"),
+        "fold: β scaled by γ": ({"fold_norm": """
+            return gamma[:, None] * W1, (gamma * beta) @ W1 + b1
+            """}, {"check_fold_norm"}, "β is not scaled by γ"),
         "value layer with the transposed weights": ({"collapse#0": """
-            return A.T @ Y @ W_V
+            return A.T @ (Y @ W_V + b_V)
             """}, {"check_value_layer"}, "not Aᵀ"),
-        "collapse with the attention matrices in the wrong order": ({"collapse#1": """
-            return A1 @ A2, W_V1 @ W_V2
-            """}, {"check_collapse"}, "wrong order"),
-        "collapse with the value maps in the wrong order": ({"collapse#1": """
-            return A2 @ A1, W_V2 @ W_V1
-            """}, {"check_collapse"}, "W_V1 comes first"),
-        "collapse by multiplying entry by entry": ({"collapse#1": """
-            return A2 * A1, W_V1 * W_V2
-            """}, {"check_collapse"}, "not entry by entry"),
-        "collapse hard-coded to the visible example": ({"collapse#1": """
-            g = torch.Generator().manual_seed(60)
-            B1 = torch.softmax(2 * torch.randn(5, 5, generator=g, dtype=torch.float64), dim=-1)
-            g = torch.Generator().manual_seed(61)
-            B2 = torch.softmax(2 * torch.randn(5, 5, generator=g, dtype=torch.float64), dim=-1)
-            g = torch.Generator().manual_seed(62)
-            V1 = torch.randn(4, 4, generator=g, dtype=torch.float64)
-            g = torch.Generator().manual_seed(63)
-            V2 = torch.randn(4, 4, generator=g, dtype=torch.float64)
-            return B2 @ B1, V1 @ V2
-            """}, {"check_collapse"}, "a hidden test (other inputs) fails"),
+        "value layer without its bias": ({"collapse#0": """
+            return A @ Y @ W_V
+            """}, {"check_value_layer"}, "the value bias b_V is missing"),
+        "collapse with the attention weights in the wrong order": (_stack(a="A_star @ A"), {"check_collapse_stack"},
+                                                                   "multiplies the layers' weights in the wrong order"),
+        "collapse with the value maps in the wrong order": (_stack(w="W_V @ W_V_star"), {"check_collapse_stack"},
+                                                            "W_V1 comes first"),
+        "collapse with the biases summed": (_stack(out="sum(b_Vs)"), {"check_collapse_stack"},
+                                            "a plain sum of the biases leaves the later maps out"),
+        "collapse keeping the last bias only": (_stack(out="b_Vs[-1]"), {"check_collapse_stack"},
+                                                "only the last layer's bias"),
+        "collapse with each bias through its own value map": (
+            _stack(b0="b_Vs[0] @ W_Vs[0]", b="(b_V_star + b_V) @ W_V"), {"check_collapse_stack"},
+            "does not pass through W_Vl itself"),
+        "collapse hard-coded to three layers": (_stack(end="3"), {"check_collapse_stack"},
+                                                "a hidden test (other inputs) fails"),
     },
 }

@@ -1,83 +1,112 @@
 """Known-wrong solutions of the chapter 4 exercises, in the format of ``wrong.py``."""
 from __future__ import annotations
 
+_HAND = """
+product = {product}
+order_sums = {orders}
+bound = {bound}
+layers_to_vanish = {layers}
+"""
+
+
+def _hand(product: str = "0.84", orders: str = "[0.2, -0.33, -0.05, 0.02]", bound: str = "2.78",
+          layers: str = "10") -> dict[str, str]:
+    return {"hand_expansion": _HAND.format(product=product, orders=orders, bound=bound, layers=layers)}
+
+
+_ABLATE = """
+x = model.tok_emb(idx) + model.pos_emb(torch.arange(idx.shape[-1]))
+sublayers = [(norm, sub) for block in model.blocks
+             for norm, sub in ((block.norm1, block.attn), (block.norm2, block.mlp))]
+for position, (norm, sub) in enumerate(sublayers):
+    if {keep}:
+        x = x + sub(norm(x))
+return model.lm_head(model.norm_f(x))
+"""
+
+_ORDERS = """
+d = Js[0].shape[0]
+orders = [torch.eye(d, dtype=Js[0].dtype)] + [torch.zeros(d, d, dtype=Js[0].dtype) for _ in Js]
+for J in Js:
+    orders = [orders[0]] + [orders[r] + {step} for r in range(1, len(orders))]
+return {result}
+"""
+
 WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
     "04_the_residual_stream": {
-        "norm after the addition (post-norm)": ({"pre_norm_block": """
-            x1 = norm1(x + attn(x))
-            return norm2(x1 + mlp(x1))
-            """}, {"check_pre_norm_block"}, "post-norm"),
-        "residual around the norm": ({"pre_norm_block": """
-            h = norm1(x)
-            x1 = h + attn(h)
-            h2 = norm2(x1)
-            return h2 + mlp(h2)
-            """}, {"check_pre_norm_block"}, "around the norm"),
-        "missing second residual": ({"pre_norm_block": """
-            x1 = x + attn(norm1(x))
-            return mlp(norm2(x1))
-            """}, {"check_pre_norm_block"}, "second residual is missing"),
-        "same norm for both sub-layers": ({"pre_norm_block": """
-            x1 = x + attn(norm1(x))
-            return x1 + mlp(norm1(x1))
-            """}, {"check_pre_norm_block"}, "norm1 is used twice"),
-        "writes are the stream's states": ({"stream_writes": """
+        "hand: the product without residuals": (_hand(product="0.02"), {"check_hand_expansion"},
+                                                "the stack without residuals"),
+        "hand: running totals instead of order sums": (_hand(orders="[1.2, 0.87, 0.82, 0.84]"),
+                                                       {"check_hand_expansion"}, "running totals"),
+        "hand: each pair counted twice": (_hand(orders="[0.2, -0.66, -0.3, 0.48]"), {"check_hand_expansion"},
+                                          "each subset of layers counts once"),
+        "hand: one order sum miscomputed": (_hand(orders="[0.2, -0.33, 0.05, 0.02]"), {"check_hand_expansion"},
+                                            "wrong entries (1 of 4), your values: order 3 = 0.05"),
+        "hand: the bound from the signed product": (_hand(bound="-0.16"), {"check_hand_expansion"},
+                                                    "not the signed product minus 1"),
+        "hand: the looser exponential bound": (_hand(bound="3.953"), {"check_hand_expansion"},
+                                               "the looser bound"),
+        "hand: one layer short": (_hand(layers="9"), {"check_hand_expansion"}, "one layer short"),
+        "hand: order sums as a string": (_hand(orders="'0.2, -0.33, -0.05, 0.02'"), {"check_hand_expansion"},
+                                         "order_sums: expected a tensor (or numbers)"),
+        "ablation removes only the write's direct effect": ({"ablate_write": """
             x = model.tok_emb(idx) + model.pos_emb(torch.arange(idx.shape[-1]))
-            x0, states = x, []
+            writes = []
             for block in model.blocks:
-                x = x + block.attn(block.norm1(x))
-                states.append(x)
-                x = x + block.mlp(block.norm2(x))
-                states.append(x)
-            return x0, states
-            """}, {"check_stream_writes"}, "not what the sub-layer wrote"),
-        "embedding without positions": ({"stream_writes": """
+                for norm, sub in ((block.norm1, block.attn), (block.norm2, block.mlp)):
+                    writes.append(sub(norm(x)))
+                    x = x + writes[-1]
+            return model.lm_head(model.norm_f(x - writes[k]))
+            """}, {"check_ablate_write"}, "only the write's direct effect was removed"),
+        "ablation of the whole block": ({"ablate_write": _ABLATE.format(keep="position // 2 != k // 2")},
+                                        {"check_ablate_write"}, "that removes the whole block"),
+        "ablation of the next write (k counted from 1)": ({"ablate_write": _ABLATE.format(keep="position != k + 1")},
+                                                          {"check_ablate_write"}, "writes count from 0"),
+        "ablation that removes nothing": ({"ablate_write": _ABLATE.format(keep="True")}, {"check_ablate_write"},
+                                          "write k was not removed"),
+        "ablation returning the stream, not the logits": ({"ablate_write": """
+            x = model.tok_emb(idx) + model.pos_emb(torch.arange(idx.shape[-1]))
+            for position, block in enumerate(model.blocks):
+                if 2 * position != k:
+                    x = x + block.attn(block.norm1(x))
+                if 2 * position + 1 != k:
+                    x = x + block.mlp(block.norm2(x))
+            return model.norm_f(x)
+            """}, {"check_ablate_write"}, "returns the stream's last state"),
+        "ablation without the position embedding": ({"ablate_write": """
             x = model.tok_emb(idx)
-            x0, writes = x, []
-            for block in model.blocks:
-                for norm, sub in ((block.norm1, block.attn), (block.norm2, block.mlp)):
-                    w = sub(norm(x))
-                    writes.append(w)
-                    x = x + w
-            return x0, writes
-            """}, {"check_stream_writes"}, "position embeddings"),
-        "sub-layers read the stream without its norm": ({"stream_writes": """
+            for position, block in enumerate(model.blocks):
+                if 2 * position != k:
+                    x = x + block.attn(block.norm1(x))
+                if 2 * position + 1 != k:
+                    x = x + block.mlp(block.norm2(x))
+            return model.lm_head(model.norm_f(x))
+            """}, {"check_ablate_write"}, "the logits differ from the model run with write k removed"),
+        "ablation hard-coded to the visible three blocks": ({"ablate_write": """
             x = model.tok_emb(idx) + model.pos_emb(torch.arange(idx.shape[-1]))
-            x0, writes = x, []
-            for block in model.blocks:
-                for sub in (block.attn, block.mlp):
-                    w = sub(x)
-                    writes.append(w)
-                    x = x + w
-            return x0, writes
-            """}, {"check_stream_writes"}, "without its norm"),
-        "only the attention writes": ({"stream_writes": """
-            x = model.tok_emb(idx) + model.pos_emb(torch.arange(idx.shape[-1]))
-            x0, writes = x, []
-            for block in model.blocks:
-                w = block.attn(block.norm1(x))
-                writes.append(w)
-                x = x + w + block.mlp(block.norm2(x + w))
-            return x0, writes
-            """}, {"check_stream_writes"}, "only the attention writes"),
-        "blocks hard-coded to the visible three": ({"stream_writes": """
-            x = model.tok_emb(idx) + model.pos_emb(torch.arange(idx.shape[-1]))
-            x0, writes = x, []
-            for block in list(model.blocks)[:3]:
-                for norm, sub in ((block.norm1, block.attn), (block.norm2, block.mlp)):
-                    w = sub(norm(x))
-                    writes.append(w)
-                    x = x + w
-            return x0, writes
-            """}, {"check_stream_writes"}, "a hidden test (other inputs) fails: expected # writes"),
-        "shrinking sub-layer: zero (the identity layer)": ({"shrinking_sublayer": """
-            return torch.zeros(d, d, dtype=torch.float64)
-            """}, {"check_shrinking_sublayer"}, "eigenvalue"),
-        "shrinking sub-layer: -2 I, too large": ({"shrinking_sublayer": """
-            return -2 * torch.eye(d, dtype=torch.float64)
-            """}, {"check_shrinking_sublayer"}, "> 1"),
-        "shrinking sub-layer: hard-coded for d = 6": ({"shrinking_sublayer": """
-            return -torch.eye(6, dtype=torch.float64)
-            """}, {"check_shrinking_sublayer"}, "a hidden test (other inputs) fails: W has the wrong shape"),
+            for position, block in enumerate(list(model.blocks)[:3]):
+                if 2 * position != k:
+                    x = x + block.attn(block.norm1(x))
+                if 2 * position + 1 != k:
+                    x = x + block.mlp(block.norm2(x))
+            return model.lm_head(model.norm_f(x))
+            """}, {"check_ablate_write"}, "a hidden test (other inputs) fails"),
+        "orders with the later layers on the right": ({"expansion_orders": _ORDERS.format(
+            step="orders[r - 1] @ J", result="torch.stack(orders)")}, {"check_expansion_orders"},
+            "later layers stand on the left"),
+        "orders without order 0": ({"expansion_orders": _ORDERS.format(
+            step="J @ orders[r - 1]", result="torch.stack(orders[1:])")}, {"check_expansion_orders"},
+            "there are L + 1"),
+        "orders as running totals": ({"expansion_orders": _ORDERS.format(
+            step="J @ orders[r - 1]", result="torch.stack(orders).cumsum(dim=0)")}, {"check_expansion_orders"},
+            "running totals"),
+        "orders as a plain product, r times the same layer": ({"expansion_orders": """
+            d = Js[0].shape[0]
+            total = sum(Js)
+            orders = [torch.eye(d, dtype=Js[0].dtype)]
+            for _ in Js:
+                orders.append(total @ orders[-1])
+            return torch.stack(orders)
+            """}, {"check_expansion_orders"}, "do not add up to the product"),
     },
 }

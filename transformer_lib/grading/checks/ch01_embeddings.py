@@ -1,20 +1,24 @@
-"""Checks for the chapter 1 exercises: embedding lookup, Nadaraya–Watson, fixed mixing.
+"""Checks for the chapter 1 exercises: the embedding lookup as a matrix product, kernel regression
+on vectors computed as a softmax of dot products, the equivariant part of a fixed mixing, and the
+question on fixed mixing and variable n.
 
 Above the judging line: what runs in the student's kernel (the inputs, visible and hidden, the
-calls of the student's functions, and the gradient measured through the embeddings). Below it:
-the judges, which compute their references from the inputs and run in the grader. Chapter 1.
+calls of the student's functions, and the facts measured there: the gradient through the
+embeddings, the largest tensor the kernel regression computed). Below it: the judges, which
+compute their references from the inputs and run in the grader. Chapter 1.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from .._harness import StudentError, call, draw, hidden_generator, randn, run_check, seeded
 
-__all__ = ["check_embedding_lookup", "check_nadaraya_watson", "check_accepted_set_sizes",
-           "check_fixed_mixing_answer"]
+__all__ = ["check_embedding_lookup", "check_nw_vectors", "check_equivariant_part", "check_fixed_mixing_answer"]
+
+_DISTANCES = ("cdist", "pdist")  # torch's pairwise distances: the exercise expands the square instead
 
 
 # ---------------------------------------------------------------- 1.1 the embedding as a matrix product
@@ -73,64 +77,80 @@ def check_embedding_lookup(fn: Callable, ids: torch.Tensor | None = None, W_E: t
     run_check("embedding_lookup", fn, cases, _run_embedding, hidden)
 
 
-# ---------------------------------------------------------------- 1.2 Nadaraya–Watson
+# ---------------------------------------------------------------- 1.2 kernel regression on vectors
 
-def check_nadaraya_watson(fn: Callable, x_query: torch.Tensor | None = None,
-                          x_train: torch.Tensor | None = None, y_train: torch.Tensor | None = None,
-                          bandwidth: float = 0.2, hidden: int = 0) -> None:
-    """``fn(x_query (q,), x_train (m,), y_train (m,), h) -> (pred (q,), weights (q, m))``: the
-    Gaussian kernel ``exp(-(x - x_i)² / (2h²))``, weights normalised per query. Chapter 1."""
+class _Largest(TorchDispatchMode):
+    """The largest tensor any of torch's operations created while the block ran (views, which share
+    an input's memory, are not counted), and how many operations ran: what the computation held at
+    once, and whether it loops over the queries."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.largest, self.ops = 0, 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        self.ops += 1
+        out = func(*args, **(kwargs or {}))
+        inputs = {t.untyped_storage().data_ptr() for t in _tensors((args, kwargs))}
+        for t in _tensors(out):
+            if t.untyped_storage().data_ptr() not in inputs:
+                self.largest = max(self.largest, t.numel())
+        return out
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in _tensors(v)]
+    return []
+
+
+def _run_nw(fn: Callable, case: dict) -> dict:
+    """The student's (pred, weights), the largest tensor computed on the way and the number of torch
+    operations (measured here)."""
+    watch = _Largest()
+    with watch:
+        result = call(fn, case["Q"].clone(), case["K"].clone(), case["V"].clone(), case["bandwidth"],
+                      banned=_DISTANCES)
+    return {"result": result, "largest": watch.largest, "ops": watch.ops}
+
+
+def check_nw_vectors(fn: Callable, hidden: int = 0) -> None:
+    """``fn(Q (q, d), K (m, d), V (m, d_v), h) -> (pred (q, d_v), weights (q, m))``: Nadaraya–Watson with
+    the Gaussian kernel ``exp(−‖x − k‖²/(2h²))`` on vectors, computed without a (q, m, d) tensor of
+    differences. Chapter 1."""
     if hidden:
-        g = hidden_generator("nadaraya_watson", hidden)
-        m = draw(g, 8, 25)
-        x = 4 * torch.rand(m, generator=g, dtype=torch.float64) - 2
-        h = 0.2 + 0.8 * float(torch.rand(1, generator=g, dtype=torch.float64))
-        x_small = 2 * torch.rand(draw(g, 1, 3), generator=g, dtype=torch.float64) - 1
-        cases = [dict(x_query=torch.linspace(-2, 2, draw(g, 3, 9), dtype=torch.float64), x_train=x,
-                      y_train=x**3 - x + 0.1 * randn(g, m), bandwidth=h),
-                 dict(x_query=2 * torch.rand(1, generator=g, dtype=torch.float64) - 1,  # q = 1, m ≤ 3
-                      x_train=x_small, y_train=randn(g, x_small.shape[0]),
-                      bandwidth=0.3 + float(torch.rand(1, generator=g)))]
+        g = hidden_generator("nw_vectors", hidden)
+        q, m, d = draw(g, 50, 60), draw(g, 40, 50), draw(g, 20, 30)  # a loop over the queries shows
+        keys = randn(g, m, d) * (0.5 + torch.rand(m, 1, generator=g, dtype=torch.float64))  # unequal norms
+        few = randn(g, draw(g, 2, 8), 3)
+        cases = [dict(Q=randn(g, q, d), K=keys, V=randn(g, m, draw(g, 1, 4)),
+                      bandwidth=2.0 + 3 * float(torch.rand(1, generator=g))),
+                 dict(Q=randn(g, draw(g, 1, 5), 3), K=few, V=randn(g, few.shape[0], 2),  # tiny h: exp underflows
+                      bandwidth=0.002 + 0.002 * float(torch.rand(1, generator=g)))]
     else:
-        x_train = torch.linspace(0, 1, 6, dtype=torch.float64) if x_train is None else x_train
-        cases = [dict(x_query=torch.tensor([0.1, 0.45, 0.9], dtype=torch.float64) if x_query is None else x_query,
-                      x_train=x_train, y_train=torch.sin(2 * math.pi * x_train) if y_train is None else y_train,
-                      bandwidth=bandwidth)]
+        K = seeded(12, 6, 5) * torch.linspace(0.5, 2.0, 6, dtype=torch.float64)[:, None]  # keys of unequal norms
+        cases = [dict(Q=seeded(11, 4, 5), K=K, V=seeded(13, 6, 2), bandwidth=1.5)]
     for case in cases:
-        case["what"] = "nadaraya_watson(x_query, x_train, y_train, bandwidth)"
-    run_check("nadaraya_watson", fn, cases, lambda f, c: {"result": call(
-        f, c["x_query"].clone(), c["x_train"].clone(), c["y_train"].clone(), c["bandwidth"])}, hidden)
+        case["what"] = "nw_vectors(Q, K, V, bandwidth)"
+    run_check("nw_vectors", fn, cases, _run_nw, hidden)
 
 
-# ---------------------------------------------------------------- 1.3 the set sizes a fixed mixing layer accepts
+# ---------------------------------------------------------------- 1.3 the equivariant part of a fixed mixing
 
-def _run_sizes(fn: Callable, case: dict) -> dict:
-    sizes = call(fn, case["W"].clone(), list(case["sizes"]))
-    if isinstance(sizes, (set, frozenset, range)):  # recorded as a list (the order is not judged)
-        sizes = list(sizes)
-    return {"sizes": sizes}
-
-
-def check_accepted_set_sizes(fn: Callable, W: torch.Tensor | None = None, sizes: list[int] | None = None,
-                             hidden: int = 0) -> None:
-    """``fn(W (n, n), sizes) -> list`` of the set sizes ``Y = W X`` accepts, X of shape (size, d).
-    Chapter 1."""
+def check_equivariant_part(fn: Callable, hidden: int = 0) -> None:
+    """``fn(W (n, n)) -> (n, n)``: the average of P W Pᵀ over all n! permutation matrices P. Chapter 1."""
     if hidden:
-        g = hidden_generator("accepted_set_sizes", hidden)
-        cases = []
-        for with_n in (True, False):  # n among the candidates, then not (nothing is accepted)
-            n = draw(g, 2, 11)
-            n += n >= 4  # not the visible n = 4
-            others = {1, n - 1, n + 1, 2 * n, draw(g, 1, 30)} - {n}
-            candidates = sorted(others | {n} if with_n else others)
-            order = torch.randperm(len(candidates), generator=g).tolist()
-            W = torch.eye(n) if with_n else randn(g, n, n)
-            cases.append(dict(W=W, sizes=[candidates[i] for i in order]))
+        g = hidden_generator("equivariant_part", hidden)
+        cases = [dict(W=randn(g, n, n)) for n in (draw(g, 30, 40), draw(g, 2, 3), 1)]
     else:
-        cases = [dict(W=seeded(1, 4, 4) if W is None else W, sizes=[2, 3, 4, 5, 8] if sizes is None else list(sizes))]
+        cases = [dict(W=seeded(14, 4, 4))]
     for case in cases:
-        case["what"] = "accepted_set_sizes(W, sizes)"
-    run_check("accepted_set_sizes", fn, cases, _run_sizes, hidden)
+        case["what"] = f"equivariant_part(W) for n = {case['W'].shape[0]}"
+    run_check("equivariant_part", fn, cases, lambda f, c: {"result": call(f, c["W"].clone())}, hidden)
 
 
 # ---------------------------------------------------------------- 1.4 the multiple-choice answer: recorded
@@ -143,6 +163,8 @@ def check_fixed_mixing_answer(answer: Any) -> None:
 
 
 # ==== judging: runs in the grader, never loaded into a graded kernel ====
+from itertools import permutations  # noqa: E402
+
 import numpy as np  # noqa: E402
 
 from .._harness import _LOOKUPS, CheckFailed, typename  # noqa: E402
@@ -191,72 +213,132 @@ def _embedding_lookup(case: dict, out: dict) -> None:
              "gradient of every position holding token c", grad_ref.numpy(), grad)
 
 
-@judge("nadaraya_watson", compare=("result",), atol=1e-6, rtol=1e-6,
-       ok=lambda cases, outs: "Nadaraya–Watson weights (rows sum to 1) and "
-                              f"{' + '.join(str(c['x_query'].shape[0]) for c in cases)} predictions match (atol 1e-6)")
-def _nadaraya_watson(case: dict, out: dict) -> None:
-    x_query, x_train, y_train, bandwidth = case["x_query"], case["x_train"], case["y_train"], case["bandwidth"]
+_MAX_OPS = 40  # torch operations an answer without a loop needs (about ten); a loop over 50+ queries needs more
 
-    def kernel(two: float = 2.0) -> torch.Tensor:
-        return torch.exp(-(x_query[:, None] - x_train[None, :]) ** 2 / (two * bandwidth**2))
 
-    w_ref = (kernel() / kernel().sum(dim=1, keepdim=True)).numpy()
-    pred_ref = w_ref @ y_train.numpy()
-    pred, weights = pair(out["result"], "nadaraya_watson", ("pred", "weights"))
+def _nw_reference(Q: torch.Tensor, K: torch.Tensor, V: torch.Tensor, h: float, two: float = 2.0,
+                  square: bool = True, key_norms: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Nadaraya–Watson on vectors from the distances themselves (a (q, m, d) tensor is fine here), the
+    weights a softmax of −‖x − k‖²/(2h²); variants for the messages."""
+    if key_norms:
+        dist2 = ((Q[:, None, :] - K[None, :, :]) ** 2).sum(dim=-1)
+        scores = -dist2 / (two * (h**2 if square else h))
+    else:  # the dot products alone, as if every key had the same norm
+        scores = Q @ K.T / (h**2 if square else h)
+    weights = torch.softmax(scores, dim=-1)
+    return (weights @ V).numpy(), weights.numpy()
+
+
+@judge("nw_vectors", compare=("result",), atol=1e-6, rtol=1e-6, bans=_DISTANCES,
+       ok=lambda cases, outs: "Nadaraya–Watson on vectors: weights (rows sum to 1) and predictions match the Gaussian "
+                              "kernel for Q " + ", ".join(str(tuple(c["Q"].shape)) for c in cases)
+                              + " (atol 1e-6), a tiny bandwidth included, with no (q, m, d) tensor computed")
+def _nw_vectors(case: dict, out: dict) -> None:
+    Q, K, V, h, atol = case["Q"].double(), case["K"].double(), case["V"].double(), case["bandwidth"], 1e-6
+    pred_ref, w_ref = _nw_reference(Q, K, V, h)
+    pred, weights = pair(out["result"], "nw_vectors", ("pred", "weights"))
     pred, weights = as_array(pred, "pred"), as_array(weights, "weights")
     if weights.shape == w_ref.shape[::-1] != w_ref.shape:
-        fail("weights are transposed: row i holds query i's weights over the m training points, "
-             f"shape (q, m) = {w_ref.shape}", w_ref, weights)
-    check_shape(weights, w_ref.shape, "weights", "one row per query, one column per training point")
-    check_finite(weights, "weights", "the Gaussian kernel exp(−u²/(2h²)) is finite for every u")
+        fail("weights are transposed: row i holds query i's weights over the m keys, shape (q, m) = "
+             f"{w_ref.shape}", w_ref, weights)
+    check_shape(weights, w_ref.shape, "weights", "one row per query, one column per key")
+    check_finite(weights, "weights", "for a small bandwidth every kernel value exp(−‖x − k‖²/(2h²)) underflows to 0 "
+                 "and their ratio is 0/0: compute the weights as a softmax of the scores, which subtracts each "
+                 "row's largest score first")
+    check_shape(pred, pred_ref.shape, "pred", "one prediction of width d_v per query")
+    q, m, d = Q.shape[0], K.shape[0], Q.shape[1]
+    allowed = max(q * m, q * d, m * d, m * V.shape[1], q * V.shape[1])
+    if close(weights, w_ref, atol, atol) and close(pred, pred_ref, atol, atol):
+        largest, ops = out.get("largest"), out.get("ops")
+        if not isinstance(largest, int) or largest > allowed:
+            raise CheckFailed(f"nw_vectors computed a tensor of {largest} numbers, more than any (q, m), (m, d) or "
+                              f"(q, d) array ({allowed}): the differences x − k of every query and key, "
+                              f"(q, m, d) = ({q}, {m}, {d}). Expand the square instead, ‖x − k‖² = ‖x‖² − 2 xᵀk "
+                              "+ ‖k‖², so that one matrix product gives every xᵀk")
+        if not isinstance(ops, int) or ops > _MAX_OPS:
+            raise CheckFailed(f"nw_vectors ran {ops} torch operations for {q} queries: it loops over the queries "
+                              "(or the keys). One matrix product Q Kᵀ gives every query's dot products at once; "
+                              "expand ‖x − k‖² around it")
+        return
+    variants = {
+        "the keys' norms do not cancel: −‖x − k‖²/2h² = (xᵀk − ‖k‖²/2 − ‖x‖²/2)/h², and only the query's "
+        "term ‖x‖² is the same for every key (the chapter's softmax of dot products needs keys of equal "
+        "norm; these are not)": _nw_reference(Q, K, V, h, key_norms=False),
+        "the kernel width is off: use exp(−‖x − k‖²/(2h²)), with the 2 in the denominator":
+            _nw_reference(Q, K, V, h, two=1.0),
+        "the kernel divides by 2h², the bandwidth squared, not by 2h": _nw_reference(Q, K, V, h, square=False),
+    }
+    for hint, (v_pred, v_w) in variants.items():
+        if close(weights, v_w, atol, atol):
+            fail(hint, w_ref, weights)
     sums = weights.sum(axis=1)
     if not np.allclose(sums, 1.0, atol=1e-6):
-        hint = ("weights are not normalised: did you forget to divide K(x, x_i) by Σ_j K(x, x_j)?"
-                if close(weights, kernel().numpy(), 1e-6, 1e-6) else "the weights of each query must sum to 1")
-        fail(f"rows of weights do not sum to 1 — {hint} (row sums shown)", np.ones_like(sums), sums)
-    if np.any(weights < 0):
-        fail("kernel weights are never negative: K(x, x_i) = exp(−(x − x_i)²/(2h²)) > 0", w_ref, weights)
-    if not close(weights, w_ref, 1e-6, 1e-6):
-        wide = kernel(two=1.0)
-        hint = ("the kernel width is off: use exp(−(x − x_i)²/(2h²)), with the 2 in the denominator"
-                if close(weights, (wide / wide.sum(dim=1, keepdim=True)).numpy(), 1e-6, 1e-6)
-                else "weights differ from the Gaussian-kernel weights")
-        fail(hint, w_ref, weights)
-    check_shape(pred, pred_ref.shape, "pred", "one prediction per query")
-    if not close(pred, pred_ref, 1e-6, 1e-6):
-        fail("pred must be the weighted average Σ_i w_i(x) y_i of the training targets", pred_ref, pred)
+        fail("rows of weights do not sum to 1: the weights of each query are its kernel values divided by their "
+             "sum, a softmax over the keys (row sums shown)", np.ones_like(sums), sums)
+    if not close(weights, w_ref, atol, atol):
+        fail(f"weights differ from the Gaussian-kernel weights softmax(−‖x − k‖²/(2h²)) (atol {atol})", w_ref, weights)
+    fail("pred must be the weighted average Σ_i w_i(x) v_i of the values", pred_ref, pred)
 
 
-@judge("accepted_set_sizes",
-       ok=lambda cases, outs: "; ".join(f"a fixed {c['W'].shape[0]}×{c['W'].shape[0]} mixing matrix accepts only "
-                                        f"sets of size {c['W'].shape[0]} among {c['sizes']}" for c in cases))
-def _accepted_set_sizes(case: dict, out: dict) -> None:
-    W, sizes, result = case["W"], list(case["sizes"]), out["sizes"]
-    expected = []
-    for s in sorted(sizes):  # the reference tries the product for each size, with a set X of shape (s, 3)
-        try:
-            W @ torch.ones(s, 3, dtype=W.dtype)
-            expected.append(s)
-        except RuntimeError:
-            pass
-    try:
-        if isinstance(result, (str, bytes)):
-            raise TypeError
-        got = sorted(int(s) for s in result)
-    except (TypeError, ValueError, OverflowError, RuntimeError):
-        raise CheckFailed(f"accepted_set_sizes must return a list of ints, got {typename(result)}") from None
+def _orbit_average(W: torch.Tensor) -> torch.Tensor:
+    """The average of P W Pᵀ over every permutation, by listing them (small n only)."""
     n = W.shape[0]
-    if got != expected:
-        if not set(got) <= set(sizes):
-            raise CheckFailed(f"accepted_set_sizes must return some of the candidate sizes {sizes}, and only those")
-        if got == sorted(s for s in sizes if s <= n):
-            hint = ("smaller sets do not fit either: W @ X needs X to have exactly n rows, "
-                    "and the layer has no padding")
-        elif got == sorted(sizes):
-            hint = "W has one row and one column per position, so its shape is tied to n"
-        else:
-            hint = f"a fixed mixing matrix of shape {tuple(W.shape)} accepts sets of exactly n = {n} elements"
-        raise CheckFailed(f"{hint}\n  expected: {expected}\n  got:      {got}")
+    perms = list(permutations(range(n)))
+    total = torch.zeros_like(W)
+    for perm in perms:
+        index = torch.tensor(perm)
+        total += W[index][:, index]
+    return total / len(perms)
+
+
+def _equivariant_closed_form(W: torch.Tensor) -> torch.Tensor:
+    """aI + b11ᵀ: every diagonal entry is carried onto every diagonal position equally often, and every
+    off-diagonal entry onto every off-diagonal position (Proposition 2's two orbits)."""
+    n = W.shape[0]
+    diag = torch.diagonal(W).mean()
+    off = (W.sum() - torch.diagonal(W).sum()) / (n * (n - 1)) if n > 1 else torch.zeros((), dtype=W.dtype)
+    return off * torch.ones(n, n, dtype=W.dtype) + (diag - off) * torch.eye(n, dtype=W.dtype)
+
+
+@judge("equivariant_part", compare=("result",), atol=1e-9, rtol=1e-9,
+       ok=lambda cases, outs: "equivariant_part = the average of P W Pᵀ over all n! permutations, for n in "
+                              f"{[c['W'].shape[0] for c in cases]}: it commutes with every permutation (1e-9)")
+def _equivariant_part(case: dict, out: dict) -> None:
+    W, atol = case["W"].double(), 1e-9
+    n = W.shape[0]
+    expected = _equivariant_closed_form(W)
+    if n <= 6:  # a second derivation: list the n! permutations
+        assert torch.allclose(expected, _orbit_average(W), atol=1e-12, rtol=1e-12)
+    got = as_array(out["result"], case["what"])
+    check_shape(got, (n, n), "the equivariant part", "an n × n mixing matrix, like W")
+    check_finite(got, "the equivariant part", "an average of finite matrices is finite")
+    ref = expected.numpy()
+    if close(got, ref, atol, atol):
+        return
+    shift = torch.roll(torch.eye(n, dtype=torch.float64), 1, dims=0)
+    cyclic = sum(torch.linalg.matrix_power(shift, k) @ W @ torch.linalg.matrix_power(shift, k).T
+                 for k in range(n)) / n
+    mean = float(W.mean())
+    variants = {
+        "that is W itself: P W Pᵀ moves W's entries around, and the average mixes them": W.numpy(),
+        "a permutation carries a diagonal entry (i, i) to a diagonal entry (π(i), π(i)), never off the diagonal: "
+        "average the diagonal and the off-diagonal entries separately": np.full((n, n), mean),
+        "averaging W and Wᵀ is not enough: a permutation carries entry (i, j) to every off-diagonal position "
+        "(π(i), π(j))": ((W + W.T) / 2).numpy(),
+        "those are the n cyclic shifts only; the average runs over all n! permutations, which carry any "
+        "off-diagonal entry to any other": cyclic.numpy(),
+        "the off-diagonal entries average to the same number b, not to 0": (torch.diagonal(W).mean()
+                                                                           * torch.eye(n, dtype=torch.float64)).numpy(),
+    }
+    for hint, variant in variants.items():
+        if close(got, variant, atol, atol):
+            fail(hint, ref, got)
+    P = torch.eye(n, dtype=torch.float64)[torch.randperm(n, generator=torch.Generator().manual_seed(0))]
+    G = torch.from_numpy(got)
+    if n > 1 and not torch.allclose(P @ G @ P.T, G, atol=1e-9):
+        fail("the result does not commute with a permutation (P G Pᵀ shown): an average over all permutations "
+             "is unchanged by any one of them", ref, (P @ G @ P.T).numpy())
+    fail(f"the result differs from the average of P W Pᵀ over all permutations (atol {atol})", ref, got)
 
 
 def _defined(n_rows_w: int, n_rows_x: int, d: int = 3) -> bool:

@@ -1,5 +1,5 @@
-"""Checks for the chapter 3 exercises: LayerNorm from scratch, the position-wise MLP, and the
-linear collapse identity of two value-only attention layers.
+"""Checks for the chapter 3 exercises: RMSNorm from scratch, LayerNorm's gain and shift folded into
+the MLP that reads it, and the collapse of a stack of value-only attention layers with value biases.
 
 Above the judging line: what runs in the student's kernel (the inputs, visible and hidden, and
 the calls of the student's functions). Below it: the judges, which compute their references
@@ -14,147 +14,125 @@ import torch
 
 from .._harness import call, draw, hidden_generator, randn, run_check, seeded
 
-__all__ = ["check_layer_norm", "check_mlp", "check_value_layer", "check_collapse"]
+__all__ = ["check_rms_norm", "check_fold_norm", "check_value_layer", "check_collapse_stack"]
 
 _NORMS = ("layer_norm", "batch_norm", "group_norm", "instance_norm", "rms_norm")  # torch's own norms
 
 
-# ---------------------------------------------------------------- 3.1 LayerNorm
+# ---------------------------------------------------------------- 3.1 RMSNorm
 
-def _layer_norm_case(g: torch.Generator, lead: tuple[int, ...], eps: float, gamma_positive: bool) -> dict:
+def _rms_case(g: torch.Generator, lead: tuple[int, ...], eps: float) -> dict:
     d = draw(g, 2, 12)
-    x = 4 * randn(g, *lead, d) - 1
-    flat = tuple(draw(g, 0, k - 1) for k in lead)
-    x[flat] = 0.5 + randn(g, 1) + 1e-3 * randn(g, d)  # a nearly flat token: σ ≈ 1e-3
-    gamma = torch.rand(d, generator=g, dtype=torch.float64) + 0.5 if gamma_positive else randn(g, d)
-    return dict(x=x, gamma=gamma, beta=randn(g, d), eps=eps)
+    x = randn(g, *lead, d, scale=2.0)
+    tokens = [tuple(draw(g, 0, k - 1) for k in lead) for _ in range(2)]
+    x[tokens[0]] = 3.0 + 0.1 * randn(g, d)  # far from zero on average: centring it would show
+    x[tokens[1]] = 0.3 * math.sqrt(eps) * randn(g, d)  # mean square ≈ 0.1 ε: where ε goes shows
+    return dict(x=x, gamma=randn(g, d), eps=eps)
 
 
-def check_layer_norm(fn: Callable, x: torch.Tensor | None = None, gamma: torch.Tensor | None = None,
-                     beta: torch.Tensor | None = None, eps: float = 1e-5, hidden: int = 0) -> None:
-    """``fn(x (…, d), gamma (d,), beta (d,), eps) -> (…, d)`` must equal
-    ``torch.nn.functional.layer_norm``; torch's norm functions are switched off while ``fn``
-    runs. The inputs hold a nearly constant token, so that ε outside the square root shows.
-    Chapter 3."""
+def check_rms_norm(fn: Callable, x: torch.Tensor | None = None, gamma: torch.Tensor | None = None,
+                   eps: float = 1e-6, hidden: int = 0) -> None:
+    """``fn(x (…, d), gamma (d,), eps) -> (…, d)`` must equal ``γ ⊙ x / √(mean(x²) + ε)`` over the last
+    axis (``torch.nn.functional.rms_norm``); torch's norm functions are switched off while ``fn`` runs.
+    The inputs hold a token far from zero and a token of tiny size. Chapter 3."""
     if hidden:
-        g = hidden_generator("layer_norm", hidden)
-        cases = [_layer_norm_case(g, (draw(g, 2, 6),), 1e-3, gamma_positive=False),
-                 _layer_norm_case(g, tuple(draw(g, 1, 4) for _ in range(draw(g, 2, 3))), 1e-5, gamma_positive=True)]
+        g = hidden_generator("rms_norm", hidden)
+        cases = [_rms_case(g, (draw(g, 2, 6),), 1e-3),
+                 _rms_case(g, tuple(draw(g, 1, 4) for _ in range(draw(g, 2, 3))), 1e-6)]
     else:
         if x is None:
-            x = 2.0 * seeded(30, 2, 5, 8) + 1.0
-            x[1, 2] = 3.0 + 1e-3 * seeded(31, 8)  # a nearly flat token: σ ≈ 1e-3
+            x = 2.0 * seeded(30, 2, 5, 8)
+            x[0, 1] = 3.0 + 0.1 * seeded(31, 8)  # a token far from zero on average
+            x[1, 2] = 3e-4 * seeded(32, 8)  # a token of tiny size: mean square ≈ ε / 10
         d = x.shape[-1]
-        cases = [dict(x=x, gamma=1.0 + 0.5 * seeded(32, d) if gamma is None else gamma,
-                      beta=seeded(33, d) if beta is None else beta, eps=eps)]
+        cases = [dict(x=x, gamma=1.0 + 0.5 * seeded(33, d) if gamma is None else gamma, eps=eps)]
     for case in cases:
-        case["what"] = "layer_norm(x, gamma, beta, eps)"
-    run_check("layer_norm", fn, cases, lambda f, c: {"out": call(
-        f, c["x"].clone(), c["gamma"].clone(), c["beta"].clone(), c["eps"], banned=_NORMS)}, hidden)
+        case["what"] = "rms_norm(x, gamma, eps)"
+    run_check("rms_norm", fn, cases, lambda f, c: {"out": call(f, c["x"].clone(), c["gamma"].clone(), c["eps"],
+                                                                  banned=_NORMS)}, hidden)
 
 
-# ---------------------------------------------------------------- 3.2 the position-wise MLP
+# ---------------------------------------------------------------- 3.2 LayerNorm's γ and β folded into the MLP
 
-def _run_mlp(fn: Callable, case: dict) -> dict:
-    """The student's output, and (to see whether tokens mix) the outputs for each token alone."""
-    X, args = case["X"], tuple(case[k].clone() for k in ("W1", "b1", "W2", "b2")) + (case["activation"],)
-    out = call(fn, X.clone(), *args)
-    per_token = None
-    if X.ndim >= 2 and X.shape[-2] > 1:
-        try:
-            per_token = [call(fn, X[..., i:i + 1, :].clone(), *(a.clone() if isinstance(a, torch.Tensor) else a
-                                                                 for a in args)) for i in range(X.shape[-2])]
-        except Exception:  # noqa: BLE001 - a measurement: nothing to compare when one token alone fails
-            per_token = None
-    return {"out": out, "per_token": per_token}
-
-
-def _mlp_cases(X: torch.Tensor, d_ff: int, activations: tuple[str, ...], g: torch.Generator | None) -> list[dict]:
-    d = X.shape[-1]
+def _fold_case(g: torch.Generator | None, d: int, d_ff: int) -> dict:
     if g is None:
-        W1, b1 = seeded(41, d, d_ff, scale=1 / math.sqrt(d)), seeded(42, d_ff, scale=0.5)
-        W2, b2 = seeded(43, d_ff, d, scale=1 / math.sqrt(d_ff)), seeded(44, d, scale=0.5)
-    else:
-        W1, b1 = randn(g, d, d_ff, scale=1 / math.sqrt(d)), randn(g, d_ff, scale=0.5)
-        W2, b2 = randn(g, d_ff, d, scale=1 / math.sqrt(d_ff)), randn(g, d, scale=0.5)
-    W1, b1, W2, b2 = (t.to(X.dtype) for t in (W1, b1, W2, b2))
-    return [dict(X=X, W1=W1, b1=b1, W2=W2, b2=b2, activation=activation,
-                 what=f"mlp(X, W1, b1, W2, b2, {activation!r})") for activation in activations]
+        return dict(gamma=1.0 + 0.5 * seeded(40, d), beta=seeded(41, d), W1=seeded(42, d, d_ff, scale=1 / math.sqrt(d)),
+                    b1=seeded(43, d_ff, scale=0.5))
+    return dict(gamma=randn(g, d), beta=randn(g, d), W1=randn(g, d, d_ff, scale=1 / math.sqrt(d)),
+                b1=randn(g, d_ff, scale=0.5))
 
 
-def check_mlp(fn: Callable, X: torch.Tensor | None = None, d_ff: int = 12,
-              activations: tuple[str, ...] = ("relu", "gelu"), hidden: int = 0) -> None:
-    """``fn(X (…, n, d), W1 (d, d_ff), b1 (d_ff,), W2 (d_ff, d), b2 (d,), activation) -> (…, n, d)``,
-    the book's row convention ``σ(X W1 + b1) W2 + b2``, for ReLU and GELU (exact, erf form); also
-    checks that it acts on each token separately. Chapter 3."""
+def check_fold_norm(fn: Callable, hidden: int = 0) -> None:
+    """``fn(gamma (d,), beta (d,), W1 (d, d_ff), b1 (d_ff,)) -> (W1' (d, d_ff), b1' (d_ff,))`` such that
+    ``x̂ W1' + b1' = (γ ⊙ x̂ + β) W1 + b1`` for every standardised token x̂: the MLP after a LayerNorm
+    without its own γ and β. Chapter 3."""
     if hidden:
-        g = hidden_generator("mlp", hidden)
-        X1 = randn(g, draw(g, 2, 8), draw(g, 2, 8))
-        X2 = randn(g, *(draw(g, 1, 3) for _ in range(draw(g, 1, 2))), draw(g, 2, 5), draw(g, 1, 6))
-        cases = _mlp_cases(X1, draw(g, 8, 32), ("relu", "gelu"), g)
-        cases += _mlp_cases(X2, draw(g, 1, 10), ("gelu", "relu"), g)
+        g = hidden_generator("fold_norm", hidden)
+        square = draw(g, 2, 8)
+        d = draw(g, 2, 8)
+        cases = [_fold_case(g, d, 4 * d), _fold_case(g, square, square), _fold_case(g, draw(g, 2, 8), draw(g, 1, 3))]
     else:
-        cases = _mlp_cases(seeded(40, 2, 5, 4) if X is None else X, d_ff, tuple(activations), None)
-    run_check("mlp", fn, cases, _run_mlp, hidden)
+        cases = [_fold_case(None, 6, 6)]
+    for case in cases:
+        case["what"] = "fold_norm(gamma, beta, W1, b1)"
+    run_check("fold_norm", fn, cases, lambda f, c: {"result": call(
+        f, c["gamma"].clone(), c["beta"].clone(), c["W1"].clone(), c["b1"].clone())}, hidden)
 
 
-# ---------------------------------------------------------------- 3.3 the collapse identity
+# ---------------------------------------------------------------- 3.3 the collapse of a stack, with value biases
 
 def _stochastic(g: torch.Generator, n: int, scale: float) -> torch.Tensor:
     return torch.softmax(randn(g, n, n, scale=scale), dim=-1)
 
 
-def check_value_layer(fn: Callable, A: torch.Tensor | None = None, W_V: torch.Tensor | None = None,
-                      Y: torch.Tensor | None = None, hidden: int = 0) -> None:
-    """``fn(A (n, n), W_V (d, d_v), Y (n, d)) -> (n, d_v)``: one value-only attention layer
-    ``A Y W_V``, each output row the A-weighted average of the value rows. Chapter 3."""
+def check_value_layer(fn: Callable, hidden: int = 0) -> None:
+    """``fn(A (n, n), W_V (d, d_v), b_V (d_v,), Y (n, d)) -> (n, d_v)``: one value-only attention layer
+    with a value bias, ``A (Y W_V + 1 b_Vᵀ)``. Chapter 3."""
     if hidden:
         g = hidden_generator("value_layer", hidden)
         cases = []
         for square in (True, False):  # d = d_v (W_V left out would fit), then any d, d_v
             n, d = draw(g, 1, 8), draw(g, 1, 6)
-            cases.append(dict(A=_stochastic(g, n, 2.0), W_V=randn(g, d, d if square else draw(g, 1, 5)),
-                              Y=randn(g, n, d)))
+            d_v = d if square else draw(g, 1, 5)
+            cases.append(dict(A=_stochastic(g, n, 2.0), W_V=randn(g, d, d_v), b_V=randn(g, d_v), Y=randn(g, n, d)))
     else:
-        n = 4 if A is None else A.shape[-1]
-        A = torch.softmax(seeded(50, n, n, scale=2.0), dim=-1) if A is None else A
-        Y = seeded(51, n, 3) if Y is None else Y
-        cases = [dict(A=A, W_V=seeded(52, Y.shape[-1], 2) if W_V is None else W_V, Y=Y)]
+        A = torch.softmax(seeded(50, 4, 4, scale=2.0), dim=-1)
+        cases = [dict(A=A, W_V=seeded(52, 3, 2), b_V=seeded(53, 2), Y=seeded(51, 4, 3))]
     for case in cases:
-        case["what"] = "value_layer(A, W_V, Y)"
-    run_check("value_layer", fn, cases, lambda f, c: {"out": call(f, c["A"].clone(), c["W_V"].clone(),
-                                                                     c["Y"].clone())}, hidden)
+        case["what"] = "value_layer(A, W_V, b_V, Y)"
+    run_check("value_layer", fn, cases, lambda f, c: {"out": call(
+        f, c["A"].clone(), c["W_V"].clone(), c["b_V"].clone(), c["Y"].clone())}, hidden)
 
 
-def check_collapse(fn: Callable, A1: torch.Tensor | None = None, W_V1: torch.Tensor | None = None,
-                   A2: torch.Tensor | None = None, W_V2: torch.Tensor | None = None, hidden: int = 0) -> None:
-    """``fn(A1, W_V1, A2, W_V2) -> (A_star, W_V_star)`` such that one value-only layer with them
-    reproduces the two layers ``Y -> A2 (A1 Y W_V1) W_V2``, with ``A_star`` row-stochastic.
-    Chapter 3."""
+def _stack_case(g: torch.Generator, n: int, widths: list[int]) -> dict:
+    L = len(widths) - 1
+    return dict(As=[_stochastic(g, n, 2.0) for _ in range(L)],
+                W_Vs=[randn(g, widths[i], widths[i + 1], scale=0.8) for i in range(L)],
+                b_Vs=[randn(g, widths[i + 1]) for i in range(L)])
+
+
+def check_collapse_stack(fn: Callable, hidden: int = 0) -> None:
+    """``fn(As, W_Vs, b_Vs) -> (A_star, W_V_star, b_V_star)`` such that one value-only layer with a bias
+    reproduces the stack of ``L = len(As)`` such layers, layer 1 first. Chapter 3."""
     if hidden:
-        g = hidden_generator("collapse", hidden)
-        cases = []
-        for square in (True, False):  # square value maps (the orders can be confused), then rectangular ones
-            n, d = draw(g, 2, 8), draw(g, 1, 6)
-            d1, d2 = (d, d) if square else (draw(g, 1, 6), draw(g, 1, 6))
-            cases.append(dict(A1=_stochastic(g, n, 3.0), W_V1=randn(g, d, d1), A2=_stochastic(g, n, 1.0),
-                              W_V2=randn(g, d1, d2)))
+        g = hidden_generator("collapse_stack", hidden)
+        cases = [_stack_case(g, draw(g, 2, 6), [draw(g, 1, 5) for _ in range(draw(g, 4, 6))]),  # 3 to 5 layers
+                 _stack_case(g, draw(g, 2, 6), [draw(g, 3, 5)] * 3),  # two square layers: orders can be confused
+                 _stack_case(g, draw(g, 1, 5), [draw(g, 1, 5) for _ in range(2)])]  # one layer
     else:
-        n = 5 if A1 is None else A1.shape[-1]
-        W_V1 = seeded(62, 4, 4) if W_V1 is None else W_V1
-        cases = [dict(A1=torch.softmax(seeded(60, n, n, scale=2.0), dim=-1) if A1 is None else A1, W_V1=W_V1,
-                      A2=torch.softmax(seeded(61, n, n, scale=2.0), dim=-1) if A2 is None else A2,
-                      W_V2=seeded(63, W_V1.shape[-1], 4) if W_V2 is None else W_V2)]
+        g = torch.Generator().manual_seed(60)
+        cases = [_stack_case(g, 5, [4, 4, 4, 4])]  # three square layers: a wrong order shows by name
     for case in cases:
-        case["what"] = "collapse(A1, W_V1, A2, W_V2)"
-    run_check("collapse", fn, cases, lambda f, c: {"result": call(
-        f, c["A1"].clone(), c["W_V1"].clone(), c["A2"].clone(), c["W_V2"].clone())}, hidden)
+        case["what"] = f"collapse_stack(As, W_Vs, b_Vs) for {len(case['As'])} layer(s)"
+    run_check("collapse_stack", fn, cases, lambda f, c: {"result": call(
+        f, [A.clone() for A in c["As"]], [W.clone() for W in c["W_Vs"]], [b.clone() for b in c["b_Vs"]])}, hidden)
 
 
 # ==== judging: runs in the grader, never loaded into a graded kernel ====
 import numpy as np  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
+from .._harness import CheckFailed, typename  # noqa: E402
 from .._judging import as_array, check_finite, check_shape, close, fail, judge, pair  # noqa: E402
 
 
@@ -162,160 +140,202 @@ def _first_match(got: np.ndarray, variants: dict[str, np.ndarray], atol: float) 
     return next((hint for hint, v in variants.items() if close(got, v, atol, atol)), None)
 
 
-@judge("layer_norm", compare=("out",), atol=1e-6, rtol=1e-6, bans=_NORMS,
-       ok=lambda cases, outs: "layer_norm matches torch.nn.functional.layer_norm on inputs of shape "
-                              + ", ".join(str(tuple(c["x"].shape)) for c in cases)
-                              + " with random γ, β, eps=" + ", ".join(format(c["eps"], "g") for c in cases)
-                              + " (atol 1e-6)")
-def _layer_norm(case: dict, out: dict) -> None:
-    x, gamma, beta, eps, atol = case["x"], case["gamma"], case["beta"], case["eps"], 1e-6
+def _nan_like(shape: tuple[int, ...]) -> np.ndarray:
+    return np.full(shape, np.nan)
+
+
+# ---------------------------------------------------------------- 3.1 RMSNorm
+
+@judge("rms_norm", compare=("out",), atol=1e-6, rtol=1e-6, bans=_NORMS,
+       ok=lambda cases, outs: "rms_norm matches torch.nn.functional.rms_norm on inputs of shape "
+                              + ", ".join(str(tuple(c["x"].shape)) for c in cases) + " with random γ, eps="
+                              + ", ".join(format(c["eps"], "g") for c in cases)
+                              + " (atol 1e-6), a token far from zero and a tiny one included")
+def _rms_norm(case: dict, out: dict) -> None:
+    x, gamma, eps, atol = case["x"].double(), case["gamma"].double(), case["eps"], 1e-6
     d = x.shape[-1]
-    expected = F.layer_norm(x.double(), (d,), gamma.double(), beta.double(), eps).numpy()
-    got = as_array(out["out"], "layer_norm(x, gamma, beta, eps)")
-    check_shape(got, expected.shape, "layer_norm(x)", "LayerNorm keeps the shape of its input (…, d)")
-    check_finite(got, "layer_norm(x)", "add ε to the variance inside the square root, √(σ² + ε), so that "
-                 "a token with equal features does not divide by zero")
+    expected = F.rms_norm(x, (d,), gamma, eps).numpy()
+    got = as_array(out["out"], "rms_norm(x, gamma, eps)")
+    check_shape(got, expected.shape, "rms_norm(x)", "RMSNorm keeps the shape of its input (…, d)")
+    check_finite(got, "rms_norm(x)", "add ε to the mean square inside the square root, √(mean(x²) + ε), so that a "
+                 "token of zeros does not divide by zero")
     if close(got, expected, atol, atol):
         return
 
-    xd, g, b = x.double(), gamma.double(), beta.double()
+    def scaled(dims: tuple[int, ...] = (-1,), centre: bool = False, root: bool = True, eps_outside: bool = False,
+               divisor: int | None = None) -> np.ndarray:
+        y = x - x.mean(dim=dims, keepdim=True) if centre else x
+        sq = (y**2).sum(dim=dims, keepdim=True) / (math.prod(x.shape[k] for k in dims) if divisor is None
+                                                   else divisor)
+        scale = (sq.sqrt() + eps if eps_outside else (sq + eps).sqrt()) if root else sq + eps
+        return (y / scale).numpy()
 
-    def standardise(dims, unbiased: bool = False, eps_outside: bool = False) -> torch.Tensor:
-        mu = xd.mean(dim=dims, keepdim=True)
-        var = ((xd - mu) ** 2).sum(dim=dims, keepdim=True) / (
-            math.prod(xd.shape[k] for k in dims) - (1 if unbiased else 0))
-        scale = torch.sqrt(var) + eps if eps_outside else torch.sqrt(var + eps)
-        return (xd - mu) / scale
-
-    last = (xd.ndim - 1,)
+    g = gamma.numpy()
     variants = {
-        "the variance must be the biased one, dividing by d (torch.var(..., unbiased=False) or "
-        "((x - μ)²).mean(-1)), not by d − 1": standardise(last, unbiased=True) * g + b,
-        "ε belongs inside the square root: (x − μ)/√(σ² + ε), not (x − μ)/(σ + ε) (it matters for a "
-        "token whose features are nearly equal)": standardise(last, eps_outside=True) * g + b,
-        "γ and β are missing: LN(x) = γ ⊙ (x − μ)/√(σ² + ε) + β": standardise(last),
-        "β is missing: LN(x) = γ ⊙ (x − μ)/√(σ² + ε) + β": standardise(last) * g,
-        "γ is missing: LN(x) = γ ⊙ (x − μ)/√(σ² + ε) + β": standardise(last) + b,
-        "γ and β are swapped: γ multiplies, β is added": standardise(last) * b + g,
+        "RMSNorm does not subtract the mean: that is LayerNorm. It divides each token by its root mean square "
+        "√(mean(x²) + ε) and keeps the token's mean direction": scaled(centre=True) * g,
+        "the root mean square is √(mean(x²) + ε), over the raw values: dividing by the standard deviation "
+        "(x − μ)² centres them first": (x / ((x - x.mean(-1, keepdim=True)) ** 2).mean(-1, keepdim=True)
+                                         .add(eps).sqrt()).numpy() * g,
+        "ε belongs inside the square root: x/√(mean(x²) + ε), not x/(√mean(x²) + ε) (it matters for a "
+        "token of tiny size)": scaled(eps_outside=True) * g,
+        "the mean square divides the sum of squares by d (a mean, over the token's features), not the sum "
+        "itself": scaled(divisor=1) * g,
+        "the square root is missing: divide by √(mean(x²) + ε), the root mean square": scaled(root=False) * g,
+        "γ is missing: RMSNorm(x) = γ ⊙ x/√(mean(x²) + ε)": scaled(),
     }
-    if xd.ndim >= 2:
-        variants["the statistics run over the batch/first axis: LayerNorm takes the mean and the variance "
-                 "of each token over its own features (dim=-1, keepdim=True)"] = standardise((0,)) * g + b
-    if xd.ndim >= 3:
-        variants["the statistics run over the sequence axis (dim=-2): LayerNorm takes the mean and the "
-                 "variance of each token over its own features (dim=-1)"] = standardise((xd.ndim - 2,)) * g + b
-        variants["the statistics run over the whole sequence (dims -2 and -1): LayerNorm normalises each "
-                 "token separately, over its features only (dim=-1)"] = standardise((xd.ndim - 2, xd.ndim - 1)) * g + b
-    hint = _first_match(got, {k: v.numpy() for k, v in variants.items()}, atol)
+    if x.ndim >= 2:
+        variants["the statistics run over the first (batch) axis: RMSNorm takes each token's mean square over its "
+                 "own features (dim=-1, keepdim=True)"] = scaled(dims=(0,)) * g
+    if x.ndim >= 3:
+        variants["the statistics run over the sequence axis (dim=-2): RMSNorm takes each token's mean square over "
+                 "its own features (dim=-1)"] = scaled(dims=(x.ndim - 2,)) * g
+    hint = _first_match(got, variants, atol)
     worst = np.unravel_index(np.argmax(np.abs(got - expected).max(axis=-1)), expected.shape[:-1])
     where = f"\n  the token that differs most, x[{', '.join(map(str, worst))}], is shown" if worst else ""
-    fail((hint or f"layer_norm differs from γ ⊙ (x − μ)/√(σ² + ε) + β with μ, σ² over the last axis "
-          f"(atol {atol})") + where, expected[worst], got[worst])
+    fail((hint or f"rms_norm differs from γ ⊙ x/√(mean(x²) + ε) over the last axis (atol {atol})") + where,
+         expected[worst], got[worst])
 
 
-@judge("mlp", compare=("out",), atol=1e-6, rtol=1e-6,
-       ok=lambda cases, outs: "mlp matches nn.Linear → " + "/".join(dict.fromkeys(c["activation"] for c in cases))
-                              + " → nn.Linear, " + ", ".join(dict.fromkeys(
-                                  f"d = {c['X'].shape[-1]} → d_ff = {c['W1'].shape[-1]} → d on X of shape "
-                                  f"{tuple(c['X'].shape)}" for c in cases)) + " (atol 1e-6)")
-def _mlp(case: dict, out: dict) -> None:
-    X, activation, what, atol = case["X"], case["activation"], case["what"], 1e-6
-    Xd, W1d, b1d, W2d, b2d = (case[k].double() for k in ("X", "W1", "b1", "W2", "b2"))
-    d, d_ff = W1d.shape
-    lin1 = torch.nn.Linear(d, d_ff).double()  # an independent reference: torch.nn layers
-    lin2 = torch.nn.Linear(d_ff, d).double()
-    with torch.no_grad():
-        lin1.weight.copy_(W1d.T), lin1.bias.copy_(b1d), lin2.weight.copy_(W2d.T), lin2.bias.copy_(b2d)
-        act = {"relu": torch.nn.ReLU(), "gelu": torch.nn.GELU()}[activation]
-        expected = torch.nn.Sequential(lin1, act, lin2)(Xd).numpy()
-    got = as_array(out["out"], what)
-    check_shape(got, expected.shape, what, "the MLP returns one vector of width d per token: d → d_ff → d")
-    check_finite(got, what, "the MLP should be finite for finite inputs")
+# ---------------------------------------------------------------- 3.2 LayerNorm's γ and β folded into the MLP
+
+def _standardised(d: int, rows: int = 7) -> torch.Tensor:
+    """Random standardised tokens x̂ (mean 0, mean square 1 over their d features): what a LayerNorm
+    without γ and β hands the MLP."""
+    x = seeded(44, rows, d, scale=2.0) + 1.0
+    return F.layer_norm(x, (d,), eps=0.0)
+
+
+@judge("fold_norm",
+       ok=lambda cases, outs: "x̂ W1' + b1' = (γ ⊙ x̂ + β) W1 + b1 on standardised tokens, for (d, d_ff) in "
+                              + ", ".join(str(tuple(c["W1"].shape)) for c in cases) + " (atol 1e-9)")
+def _fold_norm(case: dict, out: dict) -> None:
+    gamma, beta, W1, b1 = (case[k].double() for k in ("gamma", "beta", "W1", "b1"))
+    atol = 1e-9
+    d, d_ff = W1.shape
+    w_new, b_new = pair(out["result"], case["what"], ("W1_folded", "b1_folded"))
+    w_new, b_new = as_array(w_new, "W1_folded"), as_array(b_new, "b1_folded")
+    check_shape(w_new, (d, d_ff), "W1_folded", "it replaces W1, so it has W1's shape (d, d_ff)")
+    if b_new.shape == (1, d_ff):
+        b_new = b_new[0]
+    check_shape(b_new, (d_ff,), "b1_folded", "it replaces b1: one bias per hidden unit, (d_ff,)")
+    x_hat = _standardised(d)
+    expected = ((gamma * x_hat + beta) @ W1 + b1).numpy()  # the MLP's pre-activations after the full LayerNorm
+    got = x_hat.numpy() @ w_new + b_new
     if close(got, expected, atol, atol):
         return
-    sigma = {"relu": torch.relu, "gelu": F.gelu}[activation]
-    hidden = Xd @ W1d + b1d
-    variants = {
-        "no activation: the nonlinearity σ goes between the two layers, σ(X W1 + b1) W2 + b2":
-            hidden @ W2d + b2d,
-        "the activation belongs between the two layers, not after the second: σ(X W1 + b1) W2 + b2":
-            sigma(hidden @ W2d + b2d),
-        "the activation is applied twice: only the hidden layer gets σ, σ(X W1 + b1) W2 + b2 (the "
-        "output is not passed through σ)": sigma(sigma(hidden) @ W2d + b2d),
-        "the bias b1 goes inside the activation: σ(X W1 + b1), not σ(X W1) + b1":
-            (sigma(Xd @ W1d) + b1d) @ W2d + b2d,
-        "GELU here is the exact one, u·Φ(u) with the error function (F.gelu's default), not the tanh "
-        "approximation": F.gelu(hidden, approximate="tanh") @ W2d + b2d,
-        f"the activation is {'GELU' if activation == 'relu' else 'ReLU'}, but `activation` asked for "
-        f"{activation!r}": (F.gelu(hidden) if activation == "relu" else torch.relu(hidden)) @ W2d + b2d,
-    }
-    hint = _first_match(got, {k: v.numpy() for k, v in variants.items()}, atol)
-    if hint is None and got.ndim >= 2 and isinstance(out.get("per_token"), list):
-        try:
-            per_token = np.concatenate([as_array(t, what) for t in out["per_token"]], axis=-2)
-        except (ValueError, IndexError, AssertionError):  # parts of other shapes: nothing to compare
-            per_token = None
-        if per_token is not None and per_token.shape == got.shape and not close(per_token, got, atol, atol):
-            hint = ("the result for a token depends on the other tokens: a position-wise MLP applies the "
-                    "same network to each token (each row of X) separately")
-    fail(hint or f"{what} differs from σ(X W1 + b1) W2 + b2 (atol {atol})", expected, got)
+    g, b, W, c = gamma.numpy(), beta.numpy(), W1.numpy(), b1.numpy()
+    if not close(w_new, g[:, None] * W, atol, atol):
+        hint = _first_match(w_new, {
+            "γ scales the columns of W1 here: with tokens as rows, x̂ W1 reads feature k through row k of W1, so "
+            "γ_k scales row k: diag(γ) W1, that is gamma[:, None] * W1": W * g[None, :] if d == d_ff else
+            _nan_like(W.shape),
+            "W1 is unchanged: the gain γ must go into W1, as diag(γ) W1": W,
+        }, atol)
+        if hint:
+            fail(hint + " (pre-activations on standardised tokens shown)", expected, got)
+    hint = _first_match(b_new, {
+        "β is added to every feature before W1, so it reaches the hidden layer as β W1: b1' = β W1 + b1 "
+        "(b1 alone leaves β out)": c,
+        "b1' = β W1 + b1: the MLP's own bias b1 is still there": b @ W,
+        "β passes through W1 before it reaches the hidden layer: b1' = β W1 + b1, not β + b1":
+            b + c if d == d_ff else _nan_like(c.shape),
+        "β is not scaled by γ: LN(x) = γ ⊙ x̂ + β, so only x̂ meets γ; b1' = β W1 + b1": (g * b) @ W + c,
+    }, atol)
+    fail((hint or "one layer with (W1_folded, b1_folded) does not give the MLP the pre-activations "
+          "(γ ⊙ x̂ + β) W1 + b1") + " (pre-activations on standardised tokens shown)", expected, got)
+
+
+# ---------------------------------------------------------------- 3.3 the collapse of a stack
+
+def _value_path(A: torch.Tensor, W: torch.Tensor, b: torch.Tensor, Y: torch.Tensor) -> torch.Tensor:
+    """One value-only layer with a bias, entry by entry: row i averages the rows of Y W_V + b_V."""
+    values = Y @ W + b
+    return torch.stack([sum(A[i, j] * values[j] for j in range(A.shape[-1])) for i in range(A.shape[-2])])
 
 
 @judge("value_layer", compare=("out",), atol=1e-9, rtol=1e-9,
-       ok=lambda cases, outs: "value_layer computes A Y W_V: each output row averages the value rows, shape "
-                              + ", ".join(str((c["A"].shape[0], c["W_V"].shape[-1])) for c in cases))
+       ok=lambda cases, outs: "value_layer computes A (Y W_V + 1 b_Vᵀ): each output row averages the value rows, "
+                              "shape " + ", ".join(str((c["A"].shape[0], c["W_V"].shape[-1])) for c in cases))
 def _value_layer(case: dict, out: dict) -> None:
-    Ad, Wd, Yd, atol = case["A"].double(), case["W_V"].double(), case["Y"].double(), 1e-9
-    n = Ad.shape[-1]
-    values = Yd @ Wd
-    expected = np.stack([sum(float(Ad[i, j]) * values[j] for j in range(n)).numpy() for i in range(n)])
+    Ad, Wd, bd, Yd, atol = case["A"].double(), case["W_V"].double(), case["b_V"].double(), case["Y"].double(), 1e-9
+    expected = _value_path(Ad, Wd, bd, Yd).numpy()
     got = as_array(out["out"], "value_layer")
-    check_shape(got, expected.shape, "value_layer(A, W_V, Y)", "one row per token, d_v columns: A Y W_V")
+    check_shape(got, expected.shape, "value_layer(A, W_V, b_V, Y)", "one row per token, d_v columns")
     if not close(got, expected, atol, atol):
         hint = _first_match(got, {
-            "row i of the output averages the value rows with the weights of row i of A: A (Y W_V), "
-            "not Aᵀ": (Ad.T @ values).numpy(),
-            "the value projection W_V was left out: the layer computes A Y W_V": (Ad @ Yd).numpy()
-            if Yd.shape[-1] == Wd.shape[-1] else np.full(expected.shape, np.nan)}, atol)
-        fail(hint or f"value_layer differs from A Y W_V (atol {atol})", expected, got)
+            "row i of the output averages the value rows with the weights of row i of A: A (Y W_V + b_V), "
+            "not Aᵀ": (Ad.T @ (Yd @ Wd + bd)).numpy(),
+            "the value bias b_V is missing: each value row is Y W_V + b_V": (Ad @ Yd @ Wd).numpy(),
+            "the value projection W_V was left out": (Ad @ Yd + bd).numpy()
+            if Yd.shape[-1] == Wd.shape[-1] else _nan_like(expected.shape)}, atol)
+        fail(hint or f"value_layer differs from A (Y W_V + 1 b_Vᵀ) (atol {atol})", expected, got)
 
 
-@judge("collapse", compare=("result",), atol=1e-9, rtol=1e-9,
-       ok=lambda cases, outs: "one layer with A_star (row-stochastic) and W_V_star reproduces the two layers on a "
-                              "random X for A of shape " + ", ".join(str(tuple(c["A1"].shape)) for c in cases)
-                              + " (atol 1e-6)")
-def _collapse(case: dict, out: dict) -> None:
-    A1d, A2d, W1d, W2d = (case[k].double() for k in ("A1", "A2", "W_V1", "W_V2"))
-    n, atol = A1d.shape[-1], 1e-9
-    a_star, w_star = pair(out["result"], case["what"], ("A_star", "W_V_star"))
-    a_star, w_star = as_array(a_star, "A_star"), as_array(w_star, "W_V_star")
-    X = seeded(64, n, W1d.shape[0])
-    two_layers = (A2d @ ((A1d @ X) @ W1d)) @ W2d  # layer 1, then layer 2
-    check_shape(a_star, (n, n), "A_star", "one n × n mixing matrix, like A1 and A2")
-    check_shape(w_star, (W1d.shape[0], W2d.shape[1]), "W_V_star",
-                "it maps a token's d features to the d_v of the second layer, like W_V1 then W_V2")
+def _chain(mats: list[torch.Tensor], width: int) -> torch.Tensor:
+    out = torch.eye(width, dtype=torch.float64)
+    for M in mats:
+        out = out @ M
+    return out
+
+
+def _stack_variants(As: list, Ws: list, bs: list) -> dict[str, tuple]:
+    """Reference (A*, W*, b*) and the usual wrong ones, for the messages."""
+    n, d0 = As[0].shape[-1], Ws[0].shape[0]
+    L = len(As)
+    a_star = _chain(As[::-1], n)  # A_L … A_1: layer 1 mixes first, so it stands next to X
+    w_star = _chain(Ws, d0)  # W_1 … W_L: tokens are rows, so the value maps multiply on the right
+    b_star = sum(bs[l] @ _chain(Ws[l + 1:], Ws[l].shape[1]) for l in range(L))
+    return {
+        "": (a_star, w_star, b_star),
+        "A_star = A_L ⋯ A_2 A_1: layer 1 mixes first, so A_1 stands next to X; yours multiplies the layers' "
+        "weights in the wrong order": (_chain(As, n), w_star, b_star),
+        "W_V_star = W_V1 W_V2 ⋯ W_VL: with tokens as rows the value maps multiply on the right, so W_V1 comes "
+        "first": (a_star, _chain(Ws[::-1], d0) if all(W.shape[0] == W.shape[1] == d0 for W in Ws) else None, b_star),
+        "b_V_star: the bias of layer l is added after W_Vl and then passes through every later value map: "
+        "b_V_star = Σ_l b_l W_V(l+1) ⋯ W_VL (a plain sum of the biases leaves the later maps out)":
+            (a_star, w_star, sum(bs) if len({b.shape for b in bs}) == 1 else None),
+        "b_V_star: only the last layer's bias is there; the earlier biases pass through the later value maps "
+        "(the weights A do not change a bias row, since A 1 = 1)": (a_star, w_star, bs[-1]),
+        "b_V_star: the bias of layer l is added after W_Vl, so it does not pass through W_Vl itself, only "
+        "through the later maps": (a_star, w_star, sum(bs[l] @ _chain(Ws[l:], d0) for l in range(L))
+                                   if all(W.shape[0] == W.shape[1] == d0 for W in Ws) else None),
+    }
+
+
+@judge("collapse_stack", compare=("result",), atol=1e-9, rtol=1e-9,
+       ok=lambda cases, outs: "one layer with A_star (row-stochastic), W_V_star and b_V_star reproduces stacks of "
+                              + ", ".join(str(len(c["As"])) for c in cases) + " layers on a random X (atol 1e-9)")
+def _collapse_stack(case: dict, out: dict) -> None:
+    As, Ws, bs = ([t.double() for t in case[k]] for k in ("As", "W_Vs", "b_Vs"))
+    n, d0, d_last, atol = As[0].shape[-1], Ws[0].shape[0], Ws[-1].shape[1], 1e-9
+    parts = out["result"]
+    if not isinstance(parts, list) or len(parts) != 3:
+        raise CheckFailed(f"collapse_stack must return three tensors (A_star, W_V_star, b_V_star), got "
+                          f"{typename(parts)}")
+    a_star, w_star, b_star = (as_array(p, name) for p, name in zip(parts, ("A_star", "W_V_star", "b_V_star")))
+    check_shape(a_star, (n, n), "A_star", "one n × n mixing matrix, like each layer's A")
+    check_shape(w_star, (d0, d_last), "W_V_star", "it maps a token's d features to the last layer's d_v")
+    if b_star.shape == (1, d_last):
+        b_star = b_star[0]
+    check_shape(b_star, (d_last,), "b_V_star", "one bias per output feature, like each layer's b_V")
     check_finite(a_star, "A_star", "A_star should be finite")
-    order = {"A_star = A2 A1: layer 1 mixes first, so A1 stands next to X (A2 (A1 X)); A1 A2 is row-"
-             "stochastic too, but it mixes in the wrong order": (A1d @ A2d).numpy(),
-             "the attention matrices compose by a matrix product (A2 @ A1), not entry by entry":
-                 (A1d * A2d).numpy(),
-             "the attention matrices compose by a matrix product (A2 @ A1), not by a sum": (A1d + A2d).numpy()}
+    X = seeded(64, n, d0)
+    Y = X
+    for A, W, b in zip(As, Ws, bs):
+        Y = _value_path(A, W, b, Y)  # layer 1 first
+    expected = Y.numpy()
+    variants = _stack_variants(As, Ws, bs)
     rows = a_star.sum(axis=-1)
     if np.any(a_star < -atol) or not np.allclose(rows, 1.0, atol=1e-6):
-        hint = _first_match(a_star, order, atol)
-        fail(hint or "A_star must be row-stochastic (entries ≥ 0, rows summing to 1), like any product of "
-             "row-stochastic matrices (row sums shown)", np.ones_like(rows), rows)
-    one_layer = a_star @ X.numpy() @ w_star
-    if close(one_layer, two_layers.numpy(), 1e-6, 1e-6):
+        fail("A_star must be row-stochastic (entries ≥ 0, rows summing to 1), like any product of row-stochastic "
+             "matrices (row sums shown)", np.ones_like(rows), rows)
+    got = a_star @ X.numpy() @ w_star + b_star
+    if close(got, expected, 1e-6, 1e-6):
         return
-    hint = _first_match(a_star, order, atol)
-    if hint is None and close(a_star, (A2d @ A1d).numpy(), atol, atol):
-        hint = _first_match(w_star, {
-            "W_V_star = W_V1 @ W_V2: with tokens as rows the value maps multiply on the right, X W_V1 W_V2, "
-            "so W_V1 comes first (in the column convention it is V2 V1)":
-                (W2d @ W1d).numpy() if W2d.shape[1] == W1d.shape[0] else np.full(w_star.shape, np.nan),
-            "the value maps compose by a matrix product (W_V1 @ W_V2), not entry by entry":
-                (W1d * W2d).numpy() if W1d.shape == W2d.shape else np.full(w_star.shape, np.nan)}, atol)
-        hint = hint or "A_star is right, but W_V_star does not reproduce the value path X W_V1 W_V2"
-    fail(hint or "one layer with (A_star, W_V_star) does not reproduce the two layers A2 (A1 X W_V1) W_V2 "
-         "(outputs on a random X shown)", two_layers.numpy(), one_layer)
+    for hint, (va, vw, vb) in variants.items():
+        if hint and all(v is not None for v in (va, vw, vb)) and close(a_star, va.numpy(), atol, atol) \
+                and close(w_star, vw.numpy(), atol, atol) and close(b_star, vb.numpy(), atol, atol):
+            fail(hint + " (outputs on a random X shown)", expected, got)
+    fail("one layer with (A_star, W_V_star, b_V_star) does not reproduce the stack, layer 1 first "
+         "(outputs on a random X shown)", expected, got)

@@ -1,27 +1,27 @@
-"""Checks for the chapter 4 exercises: a pre-norm residual block written from its sub-layers,
-the residual stream of a given model taken apart into writes, and a sub-layer that defeats the
-"gradient at least 1" claim.
+"""Checks for the chapter 4 exercises: the expansion of a residual stack worked by hand on new
+numbers, one write removed from the residual stream of a given model, and the expansion of a
+stack of matrices order by order.
 
 Above the judging line: what runs in the student's kernel (the inputs, visible and hidden, and
-the calls of the student's functions). The sub-layers and the small model handed to the student
-are inputs: plain ``torch.nn`` modules built from a seed, which each case records, so that the
-judge rebuilds the same ones. ``sublayers`` and ``tiny_gpt`` stay public: the exercise notebook
-offers them to try a solution on. Below the line: the judges, which compute their references
-from the inputs and run in the grader. Chapter 4.
+the calls of the student's functions). The small model handed to the student is an input: plain
+``torch.nn`` modules built from a seed, which each case records, so that the judge rebuilds the
+same model. ``tiny_gpt`` stays public: the exercise notebook offers it to try a solution on.
+Below the line: the judges, which compute their references from the inputs and run in the
+grader. Chapter 4.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch import nn
 
 from .._harness import call, draw, hidden_generator, randn, run_check, seeded
 
-__all__ = ["sublayers", "tiny_gpt", "check_pre_norm_block", "check_stream_writes", "check_shrinking_sublayer"]
+__all__ = ["tiny_gpt", "check_hand_expansion", "check_ablate_write", "check_expansion_orders"]
 
 
-# ---------------------------------------------------------------- the inputs: sub-layers and a small model
+# ---------------------------------------------------------------- the inputs: a small model
 
 class _Attention(nn.Module):
     """Causal multi-head self-attention from ``torch.nn.MultiheadAttention``: ``(b, n, d) -> (b, n, d)``.
@@ -46,7 +46,7 @@ def _randomize(module: nn.Module, seed: int) -> nn.Module:
     return module
 
 
-def sublayers(d: int = 8, seed: int = 0) -> tuple[nn.Module, nn.Module, nn.Module, nn.Module]:
+def _sublayers(d: int = 8, seed: int = 0) -> tuple[nn.Module, nn.Module, nn.Module, nn.Module]:
     """``(attn, mlp, norm1, norm2)``: random float64 torch modules, each ``(b, n, d) -> (b, n, d)``
     (``d`` even: the attention has two heads). Chapter 4."""
     attn = _Attention(d, 2)
@@ -66,7 +66,7 @@ class _TinyGPT(nn.Module):
         self.pos_emb = nn.Embedding(n_ctx, d).double()
         self.blocks = nn.ModuleList()
         for layer in range(n_layers):
-            attn, mlp, norm1, norm2 = sublayers(d, seed=seed + 10 * layer)
+            attn, mlp, norm1, norm2 = _sublayers(d, seed=seed + 10 * layer)
             block = nn.Module()
             block.norm1, block.attn, block.norm2, block.mlp = norm1, attn, norm2, mlp
             self.blocks.append(block)
@@ -88,183 +88,277 @@ _VOCAB, _N_CTX, _WIDTH = 11, 8, 8
 
 
 def tiny_gpt(seed: int = 0, n_layers: int = 3) -> nn.Module:
-    """The model of exercise 4.2: vocabulary 11, context 8, width 8. Chapter 4."""
+    """The model of exercise 4.2: vocabulary 11, context 8, width 8, ``n_layers`` pre-norm blocks. Chapter 4."""
     return _TinyGPT(_VOCAB, _N_CTX, _WIDTH, n_layers, seed)
 
 
-# ---------------------------------------------------------------- 4.1 the residual block
+# ---------------------------------------------------------------- 4.1 the expansion by hand: the values are recorded
 
-def _run_block(fn: Callable, case: dict) -> dict:
-    with torch.no_grad():  # fresh sub-layers from the case's seed: whatever the student does to them stays there
-        return {"out": call(fn, case["x"].clone(), *sublayers(case["d"], case["seed"]))}
+def check_hand_expansion(product: Any, order_sums: Any, bound: Any, layers_to_vanish: Any) -> None:
+    """Exercise 4.1's answers for the four scalar layers j = (1/2, −1/5, 2/5, −1/2): the product
+    (1 + j₄)(1 + j₃)(1 + j₂)(1 + j₁), the sums of the expansion's terms with 1, 2, 3 and 4 layers, the
+    bound Π(1 + |j|) − 1, and the depth at which layers with j = −1/2 pass back less than 10⁻³.
+    Chapter 4."""
+    values = {"product": product, "order_sums": order_sums, "bound": bound, "layers_to_vanish": layers_to_vanish}
+    run_check("hand_expansion", None, [{"what": "the expansion by hand"}], lambda fn, case: dict(values))
 
 
-def check_pre_norm_block(fn: Callable, d: int = 8, seed: int = 0, hidden: int = 0) -> None:
-    """``fn(x, attn, mlp, norm1, norm2)`` must compute a pre-norm block, with the sub-layers of
-    ``sublayers(d, seed)``. Chapter 4."""
+# ---------------------------------------------------------------- 4.2 one write removed from the stream
+
+def _run_ablate(fn: Callable, case: dict) -> dict:
+    with torch.no_grad():  # a fresh model from the case's seed: whatever the student does to it stays there
+        return {"logits": call(fn, tiny_gpt(case["seed"], case["n_layers"]), case["idx"].clone(), case["k"])}
+
+
+def check_ablate_write(fn: Callable, hidden: int = 0) -> None:
+    """``fn(model, idx, k) -> logits (b, n, V)`` of ``tiny_gpt(seed, n_layers)`` with the k-th write to
+    the residual stream (0 = block 0's attention, 1 = its MLP, …) removed and every later sub-layer
+    run on the changed stream. Chapter 4."""
     if hidden:
-        g = hidden_generator("pre_norm_block", hidden)
+        g = hidden_generator("ablate_write", hidden)
         cases = []
-        for _ in range(2):
-            d, seed = 2 * draw(g, 1, 8), draw(g, 1, 2**20)
-            cases.append(dict(d=d, seed=seed, x=randn(g, draw(g, 1, 3), draw(g, 1, 8), d)))
+        for kind in (0, 1):  # an attention write, then an MLP write
+            n_layers = draw(g, 1, 4)
+            cases.append(dict(seed=draw(g, 1, 2**20), n_layers=n_layers, k=2 * draw(g, 0, n_layers - 1) + kind,
+                              idx=torch.randint(0, _VOCAB, (draw(g, 1, 3), draw(g, 1, _N_CTX)), generator=g)))
     else:
-        cases = [dict(d=d, seed=seed, x=seeded(seed + 50, 2, 5, d))]
+        cases = [dict(seed=0, n_layers=3, k=2, idx=torch.randint(0, _VOCAB, (2, 6), generator=torch.Generator()
+                                                                  .manual_seed(7)))]
     for case in cases:
-        case["what"] = "pre_norm_block(x, attn, mlp, norm1, norm2)"
-    run_check("pre_norm_block", fn, cases, _run_block, hidden)
+        case["what"] = f"ablate_write(model, idx, k={case['k']})"
+    run_check("ablate_write", fn, cases, _run_ablate, hidden)
 
 
-# ---------------------------------------------------------------- 4.2 the stream's writes
+# ---------------------------------------------------------------- 4.3 the expansion, order by order
 
-def _run_stream(fn: Callable, case: dict) -> dict:
-    with torch.no_grad():  # a fresh model from the case's seed
-        return {"result": call(fn, tiny_gpt(case["seed"], case["n_layers"]), case["idx"].clone())}
-
-
-def check_stream_writes(fn: Callable, seed: int = 0, n_layers: int = 3, n: int = 6, hidden: int = 0) -> None:
-    """``fn(model, idx) -> (x0, writes)`` for the model ``tiny_gpt(seed, n_layers)``: the embedding
-    and the 2L writes. Chapter 4."""
+def check_expansion_orders(fn: Callable, hidden: int = 0) -> None:
+    """``fn(Js) -> (L + 1, d, d)``: entry r is the sum of the 2^L-term expansion of
+    (I + J_L) ⋯ (I + J_1) over its terms with exactly r layers (later layers on the left). Chapter 4."""
     if hidden:
-        g = hidden_generator("stream_writes", hidden)
-        # a shallow model on a sequence of any length, then one deeper than the visible one on the full context
-        setups = [(draw(g, 1, 2), (draw(g, 1, 3), draw(g, 1, _N_CTX))), (draw(g, 4, 5), (draw(g, 1, 2), _N_CTX))]
-        cases = [dict(seed=draw(g, 1, 2**20), n_layers=n_layers, idx=torch.randint(0, _VOCAB, shape, generator=g))
-                 for n_layers, shape in setups]
+        g = hidden_generator("expansion_orders", hidden)
+        setups = [(30, draw(g, 2, 3)), (1, draw(g, 1, 4)), (draw(g, 5, 8), draw(g, 3, 5))]  # deep: no 2^L loop
+        cases = [dict(Js=[randn(g, d, d, scale=0.4 / d**0.5) for _ in range(L)]) for L, d in setups]
     else:
-        cases = [dict(seed=seed, n_layers=n_layers,
-                      idx=torch.randint(0, _VOCAB, (2, n), generator=torch.Generator().manual_seed(seed + 7)))]
+        cases = [dict(Js=[seeded(70 + l, 3, 3, scale=0.3) for l in range(4)])]
     for case in cases:
-        case["what"] = "stream_writes(model, idx)"
-    run_check("stream_writes", fn, cases, _run_stream, hidden)
-
-
-# ---------------------------------------------------------------- 4.3 the erratum
-
-def check_shrinking_sublayer(fn: Callable, d: int = 6, depth: int = 10, hidden: int = 0) -> None:
-    """``fn(d) -> W (d, d)`` with ‖W‖₂ ≤ 1 such that ``depth`` layers x ↦ x + W x pass back,
-    along some direction, less than 1e-6 of a unit gradient. Chapter 4."""
-    if hidden:
-        g = hidden_generator("shrinking_sublayer", hidden)
-        cases = [dict(d=draw(g, 1, 4), depth=depth), dict(d=draw(g, 10, 24), depth=depth)]  # never the visible 6
-    else:
-        cases = [dict(d=d, depth=depth)]
-    for case in cases:
-        case["what"] = f"shrinking_sublayer({case['d']})"
-    run_check("shrinking_sublayer", fn, cases, lambda f, c: {"W": call(f, c["d"])}, hidden)
+        case["what"] = f"expansion_orders(Js) for {len(case['Js'])} layer(s)"
+    run_check("expansion_orders", fn, cases, lambda f, c: {"orders": call(f, [J.clone() for J in c["Js"]])}, hidden)
 
 
 # ==== judging: runs in the grader, never loaded into a graded kernel ====
+import math  # noqa: E402
+from fractions import Fraction  # noqa: E402
+from itertools import combinations  # noqa: E402
+
 import numpy as np  # noqa: E402
 
-from .._harness import CheckFailed, typename  # noqa: E402
-from .._judging import as_array, check_shape, close, fail, judge  # noqa: E402
+from .._harness import CheckFailed  # noqa: E402
+from .._judging import as_array, check_finite, check_shape, close, fail, judge  # noqa: E402
 
 
-@judge("pre_norm_block", compare=("out",), atol=1e-10, rtol=1e-10,
-       ok=lambda cases, outs: "pre_norm_block matches x1 = x + Attn(LN1(x)), out = x1 + MLP(LN2(x1)) on x "
-                              + ", ".join(str(tuple(c["x"].shape)) for c in cases) + " (1e-10)")
-def _pre_norm_block(case: dict, out: dict) -> None:
-    x, tol = case["x"], 1e-10
-    attn, mlp, norm1, norm2 = sublayers(case["d"], case["seed"])  # the student's sub-layers, rebuilt
+# ---------------------------------------------------------------- 4.1 the expansion by hand
+
+_HAND_J = (Fraction(1, 2), Fraction(-1, 5), Fraction(2, 5), Fraction(-1, 2))  # j_1 … j_4, as typed in the box
+_SHRINK, _TARGET = Fraction(-1, 2), Fraction(1, 1000)  # layers with j = −1/2; gradient below 10⁻³
+
+
+def _order_sum(js: tuple[Fraction, ...], r: int) -> Fraction:
+    """The expansion's terms with exactly r layers, added up (each subset once)."""
+    return sum((math.prod(sub, start=Fraction(1)) for sub in combinations(js, r)), start=Fraction(0))
+
+
+def _hand_answer(value: Any, what: str, length: int | None = None) -> np.ndarray:
+    arr = as_array(value, what)
+    if length is None and arr.shape != ():
+        raise CheckFailed(f"{what} is one number, got an array of shape {arr.shape}")
+    if length is not None and arr.shape != (length,):
+        raise CheckFailed(f"{what} holds {length} numbers, the sums of the terms with 1, 2, …, {length} layers "
+                          f"(got shape {arr.shape})")
+    return arr
+
+
+def _hand_expansion_ok(cases: list[dict], outs: list[dict]) -> str:
+    return ("the product, the four order sums and the bound of the four-layer example are right, and so is the "
+            "depth at which the gradient vanishes")
+
+
+@judge("hand_expansion", ok=_hand_expansion_ok)
+def _hand_expansion(case: dict, out: dict) -> None:
+    js, tol = _HAND_J, 1e-9
+    orders = [_order_sum(js, r) for r in range(1, len(js) + 1)]
+    product = math.prod((1 + j for j in js), start=Fraction(1))
+    assert product == 1 + sum(orders)  # the expansion, term by term
+    got = _hand_answer(out["product"], "product")
+    if abs(float(got) - float(product)) > tol:
+        hint = ("that is the last term only, j₄ j₃ j₂ j₁ (the stack without residuals); the product is "
+                "(1 + j₄)(1 + j₃)(1 + j₂)(1 + j₁)" if abs(float(got) - float(orders[-1])) <= tol else
+                "multiply the four factors 1 + j_l")
+        raise CheckFailed(f"product: {hint}; your value: {float(got):.6g}")
+    sums = _hand_answer(out["order_sums"], "order_sums", len(js))
+    wrong = [r for r in range(len(js)) if abs(sums[r] - float(orders[r])) > tol]
+    if wrong:
+        running = np.cumsum([float(o) for o in orders]) + 1
+        doubled = [float(o) * math.factorial(r + 1) for r, o in enumerate(orders)]
+        if np.allclose(sums, running, atol=tol):
+            hint = "these are running totals (1 + the terms up to r layers); give each order's own sum"
+        elif all(abs(sums[r] - doubled[r]) <= tol for r in wrong):
+            hint = ("each subset of layers counts once: the order of the factors is fixed (later layers on the "
+                    "left), so j₂ j₁ and j₁ j₂ are the same term")
+        else:
+            hint = "add up the products of every subset of r layers"
+        entries = ", ".join(f"order {r + 1} = {sums[r]:.6g}" for r in wrong)
+        raise CheckFailed(f"order_sums: {hint}\n  wrong entries ({len(wrong)} of {len(js)}), your values: {entries}")
+    bound = math.prod((1 + abs(j) for j in js), start=Fraction(1)) - 1
+    got = _hand_answer(out["bound"], "bound")
+    if abs(float(got) - float(bound)) > tol:
+        if abs(float(got) - float(product - 1)) <= tol:
+            hint = "the bound uses the sizes |j_l|: Π(1 + |j_l|) − 1, not the signed product minus 1"
+        elif abs(float(got) - math.expm1(sum(abs(float(j)) for j in js))) <= 1e-3:
+            hint = "that is the looser bound e^(Σ|j_l|) − 1; the question asks for Π(1 + |j_l|) − 1"
+        else:
+            hint = "compute Π(1 + |j_l|) − 1"
+        raise CheckFailed(f"bound: {hint}; your value: {float(got):.6g}")
+    depth = next(L for L in range(1, 100) if (1 + _SHRINK) ** L < _TARGET)
+    got = _hand_answer(out["layers_to_vanish"], "layers_to_vanish")
+    if got != depth:
+        hint = ("one layer short: after that many layers the factor (1/2)^L is still above 10⁻³"
+                if got == depth - 1 else "each layer multiplies the gradient along that direction by 1 + j = 1/2: "
+                "find the smallest L with (1/2)^L < 10⁻³")
+        raise CheckFailed(f"layers_to_vanish: {hint}; your value: {got}")
+
+
+# ---------------------------------------------------------------- 4.2 one write removed from the stream
+
+def _silenced(seed: int, n_layers: int, k: int) -> nn.Module:
+    """The model with sub-layer k's output projection set to zero: its write is 0, and every later
+    sub-layer reads the stream without it (Chapter 4's "doing nothing is easy")."""
+    model = tiny_gpt(seed, n_layers)
+    block = model.blocks[k // 2]
+    last = block.attn.mha.out_proj if k % 2 == 0 else block.mlp[2]
     with torch.no_grad():
-        a = attn(norm1(x)); x1 = x + a  # noqa: E702
-        expected = (x1 + mlp(norm2(x1))).numpy()
-        post1 = norm1(x + attn(x))
-        around1 = norm1(x) + attn(norm1(x))
+        last.weight.zero_()
+        last.bias.zero_()
+    return model
+
+
+def _writes(model: nn.Module, idx: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    x = model.tok_emb(idx) + model.pos_emb.weight[:idx.shape[-1]]
+    x0, writes = x, []
+    for b in model.blocks:
+        for norm, sub in ((b.norm1, b.attn), (b.norm2, b.mlp)):
+            w = sub(norm(x))
+            writes.append(w)
+            x = x + w
+    return x0, writes
+
+
+@judge("ablate_write", compare=("logits",), atol=1e-10, rtol=1e-10,
+       ok=lambda cases, outs: "ablate_write = the model with that sub-layer's output projection set to zero ("
+                              + ", ".join(f"write {c['k']} of {2 * c['n_layers']}" for c in cases) + ", 1e-10)")
+def _ablate_write(case: dict, out: dict) -> None:
+    seed, n_layers, k, idx, tol = case["seed"], case["n_layers"], case["k"], case["idx"], 1e-10
+    model = tiny_gpt(seed, n_layers)
+    with torch.no_grad():
+        expected = _silenced(seed, n_layers, k)(idx).numpy()
+        full = model(idx).numpy()
+        x0, writes = _writes(model, idx)
+        readout = lambda state: model.lm_head(model.norm_f(state)).numpy()  # noqa: E731
         variants = {
-            "this is post-norm: the norm comes after the addition, LN(x + f(x)). In pre-norm the "
-            "sub-layer reads a normalised copy and the stream itself is never normalised: "
-            "x + f(LN(x))": norm2(post1 + mlp(post1)),
-            "the residual goes around the norm (LN(x) + f(LN(x))): the skip must carry x itself, "
-            "x + f(LN(x)), or the stream is normalised at every sub-layer":
-                norm2(around1) + mlp(norm2(around1)),
-            "the second residual is missing: the MLP's output must be added to x1, "
-            "out = x1 + MLP(LN2(x1))": mlp(norm2(x1)),
-            "the first residual is missing: x1 = x + Attn(LN1(x))": attn(norm1(x)) + mlp(norm2(a)),
-            "there are no residuals at all: each sub-layer must add its output to its input":
-                mlp(norm2(a)),
-            "norm1 is used twice: the MLP reads norm2(x1)": x1 + mlp(norm1(x1)),
+            "only the write's direct effect was removed: the sub-layers after write k read the stream, so once "
+            "the write is gone they compute other writes; run them again on the changed stream":
+                readout(x0 + sum(writes) - writes[k]),
+            "that removes the whole block: only write k goes, the block's other sub-layer still writes":
+                _silenced_block(seed, n_layers, k // 2, idx),
         }
-    got = as_array(out["out"], "pre_norm_block(x, …)")
-    check_shape(got, expected.shape, "the block's output", "a block maps (b, n, d) to (b, n, d)")
+        for other in (k - 1, k + 1):
+            if 0 <= other < 2 * n_layers:
+                variants[f"that removes write {other}: writes count from 0, write 2l is block l's attention and "
+                         "write 2l + 1 its MLP"] = _silenced(seed, n_layers, other)(idx).numpy()
+        state = x0 + sum(writes[:k]) + sum(writes[k + 1:])
+    got = as_array(out["logits"], case["what"])
+    if got.shape == tuple(state.shape) != expected.shape:
+        raise CheckFailed(f"{case['what']} returns the stream's last state, shape {got.shape}: read it out through "
+                          f"model.norm_f and model.lm_head, the logits of shape {expected.shape}")
+    check_shape(got, expected.shape, "the logits", "(b, n, V): what model(idx) returns")
+    check_finite(got, "the logits", "the model is finite on every input")
+    if close(got, expected, tol, tol):
+        return
+    if close(got, full, tol, tol):
+        fail("these are the model's own logits: write k was not removed", expected, got)
     for hint, variant in variants.items():
-        if close(got, variant.numpy(), tol, tol) and not close(got, expected, tol, tol):
+        if close(got, variant, tol, tol):
             fail(hint, expected, got)
-    if not close(got, expected, tol, tol):
-        fail("the output differs from x1 + MLP(LN2(x1)) with x1 = x + Attn(LN1(x)) (atol 1e-10)", expected, got)
+    fail("the logits differ from the model run with write k removed (atol 1e-10)", expected, got)
 
 
-def _unpack_stream(result: object) -> tuple[np.ndarray, list[np.ndarray]]:
-    if not isinstance(result, list) or len(result) != 2 or not isinstance(result[1], list):
-        raise CheckFailed("stream_writes must return a pair (x0, writes) with writes a list of tensors, got "
-                          f"{typename(result)}")
-    return as_array(result[0], "x0"), [as_array(w, f"writes[{i}]") for i, w in enumerate(result[1])]
-
-
-@judge("stream_writes", compare=("result",), atol=1e-10, rtol=1e-10,
-       ok=lambda cases, outs: "x0 + the writes, through norm_f and lm_head, give the model's logits (float64, "
-                              + ", ".join(f"{c['n_layers']} blocks" for c in cases) + ", 1e-9)")
-def _stream_writes(case: dict, out: dict) -> None:
-    idx, n_layers, tol = case["idx"], case["n_layers"], 1e-10
-    model = tiny_gpt(case["seed"], n_layers)  # the student's model, rebuilt
-    x0, writes = _unpack_stream(out["result"])
+def _silenced_block(seed: int, n_layers: int, block: int, idx: torch.Tensor) -> np.ndarray:
+    model = _silenced(seed, n_layers, 2 * block)
     with torch.no_grad():
-        x = model.tok_emb(idx) + model.pos_emb.weight[:idx.shape[-1]]
-        ref_x0, ref_writes, states, raw = x.numpy(), [], [], []
-        for b in model.blocks:
-            for norm, sub in ((b.norm1, b.attn), (b.norm2, b.mlp)):
-                w = sub(norm(x)); raw.append(sub(x).numpy())  # noqa: E702
-                x = x + w
-                ref_writes.append(w.numpy()); states.append(x.numpy())  # noqa: E702
-        logits = model(idx).numpy()
-        tokens_only = model.tok_emb(idx).numpy()
-    if close(x0, tokens_only, tol, tol):
-        fail("x0 is only the token embedding: the stream starts with token + position embeddings", ref_x0, x0)
-    if not close(x0, ref_x0, tol, tol):
-        fail("x0 differs from tok_emb(idx) + pos_emb(positions) (atol 1e-10)", ref_x0, x0)
-    L2 = 2 * n_layers
-    if len(writes) != L2:
-        hint = " — did you keep only the attention writes? Each block writes twice" if len(writes) == n_layers else ""
-        raise CheckFailed(f"expected {L2} writes (two per block, {n_layers} blocks), got {len(writes)}{hint}")
-    for k, (w, ref) in enumerate(zip(writes, ref_writes)):
-        if close(w, states[k], tol, tol) and not close(w, ref, tol, tol):
-            fail(f"writes[{k}] is the state of the stream after the sub-layer, not what the sub-layer "
-                 "wrote: a write is f(LN(x)), the change, not x + f(LN(x))", ref, w)
-        if close(w, raw[k], tol, tol) and not close(w, ref, tol, tol):
-            fail(f"writes[{k}] reads the stream without its norm: each sub-layer reads norm1(x) or "
-                 "norm2(x), sub(norm(x))", ref, w)
-        if not close(w, ref, tol, tol):
-            fail(f"writes[{k}] differs from the sub-layer's output (atol 1e-10)", ref, w)
-    with torch.no_grad():
-        rebuilt = model.lm_head(model.norm_f(torch.from_numpy(x0 + sum(writes)))).numpy()
-    if not close(rebuilt, logits, 1e-9, 1e-9):
-        fail("lm_head(norm_f(x0 + Σ writes)) differs from the model's logits", logits, rebuilt)
+        last = model.blocks[block].mlp[2]
+        last.weight.zero_()
+        last.bias.zero_()
+        return model(idx).numpy()
 
 
-@judge("shrinking_sublayer",
-       ok=lambda cases, outs: f"{cases[0]['depth']} residual layers x + W x pass back at most 1e-6 of a unit gradient "
-                              "along one direction, with ‖W‖₂ ≤ 1 (d = " + ", ".join(str(c["d"]) for c in cases)
-                              + "): residuals do not guarantee a gradient ≥ 1")
-def _shrinking_sublayer(case: dict, out: dict) -> None:
-    d, depth = case["d"], case["depth"]
-    W = torch.from_numpy(as_array(out["W"], "W"))
-    check_shape(W.numpy(), (d, d), "W", f"a linear sub-layer f(x) = W x on R^{d} is a {d}×{d} matrix")
-    if not torch.isfinite(W).all():
-        raise CheckFailed("W contains nan or inf")
-    norm = float(torch.linalg.matrix_norm(W, ord=2))
-    if norm > 1 + 1e-9:
-        raise CheckFailed(f"‖W‖₂ = {norm:.3f} > 1: the point is that even a sub-layer no larger than "
-                          "the identity can cancel the skip path; look for an eigenvalue near −1")
+# ---------------------------------------------------------------- 4.3 the expansion, order by order
 
-    def stack(x: torch.Tensor) -> torch.Tensor:
-        for _ in range(depth):
-            x = x + W @ x
-        return x
+def _orders(Js: list[torch.Tensor], later_left: bool = True) -> torch.Tensor:
+    """The order sums by adding one layer at a time: with layer l added, the terms with r layers are the
+    old ones plus J_l times the old terms with r − 1 layers (J_l on the left: it acts last)."""
+    d = Js[0].shape[0]
+    orders = [torch.eye(d, dtype=torch.float64)] + [torch.zeros(d, d, dtype=torch.float64) for _ in Js]
+    for J in Js:
+        orders = [orders[0]] + [orders[r] + (J @ orders[r - 1] if later_left else orders[r - 1] @ J)
+                                for r in range(1, len(orders))]
+    return torch.stack(orders)
 
-    J = torch.autograd.functional.jacobian(stack, torch.zeros(d, dtype=torch.float64))
-    smallest = float(torch.linalg.svdvals(J).min())
-    if smallest > 1e-6:
-        raise CheckFailed(f"through {depth} residual layers the gradient keeps at least {smallest:.2e} of "
-                          "its size in every direction (needed: at most 1e-6 along one): choose W with an "
-                          "eigenvalue at (or very near) −1, so that I + W nearly cancels that direction")
+
+def _by_subsets(Js: list[torch.Tensor]) -> torch.Tensor:
+    """The same sums by listing all 2^L subsets (for small L): a second derivation."""
+    d, L = Js[0].shape[0], len(Js)
+    orders = torch.zeros(L + 1, d, d, dtype=torch.float64)
+    for r in range(L + 1):
+        for sub in combinations(range(L), r):
+            term = torch.eye(d, dtype=torch.float64)
+            for l in sub:
+                term = Js[l] @ term
+            orders[r] += term
+    return orders
+
+
+@judge("expansion_orders", compare=("orders",), atol=1e-9, rtol=1e-9,
+       ok=lambda cases, outs: "expansion_orders: the order sums add up to Π(I + J_l), order 1 is Σ J_l, order L is "
+                              "J_L ⋯ J_1, for " + ", ".join(str(len(c["Js"])) for c in cases)
+                              + " layers (rtol 1e-9)")
+def _expansion_orders(case: dict, out: dict) -> None:
+    Js = [J.double() for J in case["Js"]]
+    L, d, tol = len(Js), Js[0].shape[0], 1e-9
+    expected = _orders(Js)
+    product = torch.eye(d, dtype=torch.float64)
+    for J in Js:
+        product = (torch.eye(d, dtype=torch.float64) + J) @ product
+    assert torch.allclose(expected.sum(0), product, atol=1e-9, rtol=1e-9)  # the expansion adds up to the product
+    if L <= 10:
+        assert torch.allclose(expected, _by_subsets(Js), atol=1e-12, rtol=1e-12)
+    got = as_array(out["orders"], case["what"])
+    if got.shape == (L, d, d):
+        raise CheckFailed(f"{case['what']} returns {L} orders: there are L + 1 = {L + 1}, from order 0 (the "
+                          "identity, the path through no layer) to order L")
+    check_shape(got, (L + 1, d, d), case["what"], "(L + 1, d, d): one d × d matrix per order 0, 1, …, L")
+    check_finite(got, case["what"], "the order sums of finite matrices are finite")
+    ref = expected.numpy()
+    if close(got, ref, tol, tol):
+        return
+    variants = {
+        "later layers stand on the left: the term of layers m < l is J_l J_m, so adding layer l multiplies the "
+        "old terms by J_l from the left": _orders(Js, later_left=False).numpy(),
+        "order r collects the terms with exactly r layers; these are running totals (orders 0 … r added up)":
+            np.cumsum(ref, axis=0),
+    }
+    for hint, variant in variants.items():
+        if close(got, variant, tol, tol):
+            fail(hint, ref, got)
+    if not close(got.sum(axis=0), product.numpy(), tol, tol):
+        fail("the orders do not add up to the product (I + J_L) ⋯ (I + J_1) (their sum shown)", product.numpy(),
+             got.sum(axis=0))
+    fail(f"the order sums differ from the expansion of (I + J_L) ⋯ (I + J_1) (rtol {tol})", ref, got)

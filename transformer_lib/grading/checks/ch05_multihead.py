@@ -1,10 +1,11 @@
-"""Checks for the chapter 5 exercises: splitting and merging heads, multi-head attention from a
-single-head function, and the parameter counts of multi-head and grouped-query attention.
+"""Checks for the chapter 5 exercises: the fused projection of grouped-query attention split into
+heads without a copy, grouped-query attention built from a single-head function, and what the
+grouping saves in work and in memory.
 
 Above the judging line: what runs in the student's kernel (the inputs, visible and hidden, the
-calls of the student's functions, and the watch that notes torch's multi-head layer or a layer
-built to count its parameters). Below it: the judges, which compute their references from the
-inputs and run in the grader. Chapter 5.
+calls of the student's functions, and the facts measured there: whether the heads share the
+input's memory, whether torch's multi-head layer or any torch function ran). Below it: the
+judges, which compute their references from the inputs and run in the grader. Chapter 5.
 """
 from __future__ import annotations
 
@@ -18,8 +19,7 @@ from torch.overrides import TorchFunctionMode
 
 from .._harness import StudentError, call, draw, hidden_generator, randn, run_check, seeded
 
-__all__ = ["check_split_heads", "check_merge_heads", "check_multi_head_attention",
-           "check_params_per_head", "check_mha_params", "check_gqa_params"]
+__all__ = ["check_split_qkv", "check_gqa_attention", "check_gqa_flops", "check_longest_context"]
 
 _MHA_BANNED = ("scaled_dot_product_attention", "multi_head_attention")  # also nn.MultiheadAttention
 
@@ -29,39 +29,52 @@ def _lead(g: torch.Generator) -> tuple[int, ...]:
     return tuple(draw(g, 1, 3) for _ in range(draw(g, 0, 2)))
 
 
-# ---------------------------------------------------------------- 5.1 split / merge heads
+def _grouping(g: torch.Generator, kind: str) -> tuple[int, int]:
+    """(h, n_kv) of a hidden case: groups of several heads, one key/value head, or one per head."""
+    if kind == "mqa":
+        return draw(g, 2, 6), 1
+    if kind == "mha":
+        h = draw(g, 1, 4)
+        return h, h
+    n_kv = draw(g, 2, 3)
+    return n_kv * draw(g, 2, 3), n_kv
 
-def check_split_heads(fn: Callable, x: torch.Tensor | None = None, n_heads: int = 3, hidden: int = 0) -> None:
-    """``fn(x (…, n, d), n_heads) -> (…, h, n, d/h)``, head i = columns i·d_k … (i+1)·d_k − 1. Chapter 5."""
+
+# ---------------------------------------------------------------- 5.1 the fused projection, split
+
+def _run_split(fn: Callable, case: dict) -> dict:
+    """The student's (q, k, v), and two facts measured here: whether each part shares the memory of
+    the fused tensor handed in (a view, no copy), and whether that tensor is unchanged."""
+    fused = case["fused"].clone()
+    before, base = fused.clone(), fused.untyped_storage().data_ptr()  # the memory handed in (set_ cannot move it)
+    result = call(fn, fused, case["n_heads"], case["n_kv_heads"])
+    parts = list(result) if isinstance(result, (tuple, list)) else []
+    views = [type(p) is torch.Tensor and p.untyped_storage().data_ptr() == base for p in parts]
+    return {"result": result, "views": views, "input_unchanged": bool(torch.equal(fused, before))}
+
+
+def check_split_qkv(fn: Callable, fused: torch.Tensor | None = None, n_heads: int = 4, n_kv_heads: int = 2,
+                    hidden: int = 0) -> None:
+    """``fn(fused (…, n, (h + 2g)·d_k), h, g) -> (q (…, h, n, d_k), k (…, g, n, d_k), v (…, g, n, d_k))``:
+    the output of one fused projection ``X [W_Q | W_K | W_V]`` split into heads, each part a view of
+    ``fused`` (no copy). Chapter 5."""
     if hidden:
-        g = hidden_generator("split_heads", hidden)
-        shapes = [(draw(g, 2, 6), draw(g, 2, 5)),  # h, d_k
-                  (1, draw(g, 2, 9)),  # one head: nothing to split
-                  (draw(g, 2, 8), 1)]  # heads of width 1
-        cases = [dict(x=randn(g, *_lead(g), draw(g, 1, 7), h * d_k), n_heads=h) for h, d_k in shapes]
+        gen = hidden_generator("split_qkv", hidden)
+        cases = []
+        for kind, d_k in (("gqa", draw(gen, 2, 5)), ("mqa", draw(gen, 1, 4)), ("mha", 1)):
+            h, n_kv = _grouping(gen, kind)
+            cases.append(dict(fused=randn(gen, *_lead(gen), draw(gen, 1, 7), (h + 2 * n_kv) * d_k),
+                              n_heads=h, n_kv_heads=n_kv))
     else:
-        cases = [dict(x=seeded(50, 5, 12) if x is None else x, n_heads=n_heads)]
+        width = (n_heads + 2 * n_kv_heads) * 3
+        cases = [dict(fused=seeded(50, 2, 5, width) if fused is None else fused, n_heads=n_heads,
+                      n_kv_heads=n_kv_heads)]
     for case in cases:
-        case["what"] = "split_heads(x, n_heads)"
-    run_check("split_heads", fn, cases, lambda f, c: {"out": call(f, c["x"].clone(), c["n_heads"])}, hidden)
+        case["what"] = "split_qkv(fused, n_heads, n_kv_heads)"
+    run_check("split_qkv", fn, cases, _run_split, hidden)
 
 
-def check_merge_heads(fn: Callable, x: torch.Tensor | None = None, hidden: int = 0) -> None:
-    """``fn(x (…, h, n, d_k)) -> (…, n, h·d_k)``, the inverse of ``split_heads``. Chapter 5."""
-    if hidden:
-        g = hidden_generator("merge_heads", hidden)
-        shapes = [(draw(g, 2, 6), draw(g, 2, 7), draw(g, 1, 5)),  # h, n, d_k
-                  (1, draw(g, 2, 7), draw(g, 1, 5)),  # one head
-                  (draw(g, 2, 6), 1, draw(g, 1, 5))]  # one token
-        cases = [dict(x=randn(g, *_lead(g), h, n, d_k)) for h, n, d_k in shapes]
-    else:
-        cases = [dict(x=seeded(51, 3, 5, 4) if x is None else x)]
-    for case in cases:
-        case["what"] = "merge_heads(x)"
-    run_check("merge_heads", fn, cases, lambda f, c: {"out": call(f, c["x"].clone())}, hidden)
-
-
-# ---------------------------------------------------------------- 5.2 multi-head attention
+# ---------------------------------------------------------------- 5.2 grouped-query attention
 
 @contextlib.contextmanager
 def _noted(owner: object, name: str, used: list[str]) -> Iterator[None]:
@@ -80,13 +93,13 @@ def _noted(owner: object, name: str, used: list[str]) -> Iterator[None]:
         setattr(owner, name, original)
 
 
-def _run_mha(fn: Callable, case: dict) -> dict:
+def _run_gqa(fn: Callable, case: dict) -> dict:
     """The student's (out, weights), or the fact that torch's multi-head layer did the work."""
     used: list[str] = []
     with _noted(F, "multi_head_attention_forward", used):
         try:
             result = call(fn, case["X"].clone(), case["W_Q"].clone(), case["W_K"].clone(), case["W_V"].clone(),
-                          case["W_O"].clone(), case["n_heads"], banned=_MHA_BANNED)
+                          case["W_O"].clone(), case["n_heads"], case["n_kv_heads"], banned=_MHA_BANNED)
         except StudentError as err:
             if used or "multi_head_attention" in err.detail:
                 return {"torch_layer": True}
@@ -94,32 +107,33 @@ def _run_mha(fn: Callable, case: dict) -> dict:
     return {"torch_layer": True} if used else {"result": result}
 
 
-def _mha_case(g: torch.Generator, lead: tuple[int, ...], h: int, d_k: int) -> dict:
+def _gqa_case(g: torch.Generator | None, lead: tuple[int, ...], n: int, h: int, n_kv: int, d_k: int,
+              seed: int = 0) -> dict:
     d = h * d_k
-    return dict(X=randn(g, *lead, draw(g, 1, 7), d), **{w: randn(g, d, d, scale=0.6)
-                                                        for w in ("W_Q", "W_K", "W_V", "W_O")}, n_heads=h)
+    widths = {"W_Q": d, "W_K": n_kv * d_k, "W_V": n_kv * d_k, "W_O": d}
+    if g is None:
+        return dict(X=seeded(seed, *lead, n, d), n_heads=h, n_kv_heads=n_kv,
+                    **{w: seeded(seed + i, d, c, scale=0.6) for i, (w, c) in enumerate(widths.items(), start=1)})
+    return dict(X=randn(g, *lead, n, d), n_heads=h, n_kv_heads=n_kv,
+                **{w: randn(g, d, c, scale=0.6) for w, c in widths.items()})
 
 
-def check_multi_head_attention(fn: Callable, X: torch.Tensor | None = None, n_heads: int = 2,
-                               seed: int = 52, hidden: int = 0) -> None:
-    """``fn(X (…, n, d), W_Q, W_K, W_V, W_O (d, d), n_heads) -> (out (…, n, d), weights (…, h, n, n))``,
-    compared with ``torch.nn.MultiheadAttention`` holding the same weights. Chapter 5."""
+def check_gqa_attention(fn: Callable, hidden: int = 0) -> None:
+    """``fn(X (…, n, d), W_Q (d, d), W_K, W_V (d, g·d_k), W_O (d, d), h, g) -> (out (…, n, d),
+    weights (…, h, n, n))``: grouped-query attention, query head i reading key/value head
+    ``i // (h/g)``. Chapter 5."""
     if hidden:
-        g = hidden_generator("multi_head_attention", hidden)
-        cases = [_mha_case(g, (draw(g, 1, 3),), draw(g, 2, 4), draw(g, 2, 4)),
-                 _mha_case(g, (), draw(g, 3, 5), draw(g, 1, 3)),
-                 _mha_case(g, _lead(g), 1, draw(g, 1, 4))]
+        gen = hidden_generator("gqa_attention", hidden)
+        cases = [_gqa_case(gen, _lead(gen), draw(gen, 1, 7), *_grouping(gen, kind), draw(gen, 1, 4))
+                 for kind in ("gqa", "mqa", "mha")]
     else:
-        X = seeded(seed, 5, 8) if X is None else X
-        d = X.shape[-1]
-        cases = [dict(X=X, **{w: seeded(seed + i, d, d, scale=0.6)
-                              for i, w in enumerate(("W_Q", "W_K", "W_V", "W_O"), start=1)}, n_heads=n_heads)]
+        cases = [_gqa_case(None, (), 5, 4, 2, 3, seed=52)]
     for case in cases:
-        case["what"] = "multi_head_attention(X, W_Q, W_K, W_V, W_O, n_heads)"
-    run_check("multi_head_attention", fn, cases, _run_mha, hidden)
+        case["what"] = "gqa_attention(X, W_Q, W_K, W_V, W_O, n_heads, n_kv_heads)"
+    run_check("gqa_attention", fn, cases, _run_gqa, hidden)
 
 
-# ---------------------------------------------------------------- 5.3 the parameter counts
+# ---------------------------------------------------------------- 5.3 what the grouping saves
 
 class _NoTorch(TorchFunctionMode):
     """Note every torch function a counting answer calls (building a layer needs torch.empty)."""
@@ -134,8 +148,8 @@ class _NoTorch(TorchFunctionMode):
 
 
 def _run_count(fn: Callable, case: dict) -> dict:
-    """The student's count, and the first torch function (or ``register_parameter``: a layer's
-    parameters) it used, if any: a count is a formula in the arguments."""
+    """The student's number, and the first torch function (or ``register_parameter``: a layer's
+    parameters) it used, if any: the answer is a formula in the arguments."""
     used: list[str] = []
     with _NoTorch(used), _noted(nn.Module, "register_parameter", used):
         value = call(fn, *case["args"])
@@ -144,44 +158,40 @@ def _run_count(fn: Callable, case: dict) -> dict:
 
 def _check_counts(name: str, fn: Callable, cases: list[tuple[int, ...]], hidden: int) -> None:
     for case in cases:
-        if case[0] % case[1] or (len(case) == 3 and case[1] % case[2]):
-            raise ValueError(f"cases: expected h | d (and n_kv | h), got {case}")
+        h, n_kv = case[-2:] if name == "gqa_flops" else case[3:5]
+        d = case[1] if name == "gqa_flops" else case[2]
+        if d % h or h % n_kv:
+            raise ValueError(f"cases: expected h | d and n_kv | h, got {case}")
     run_check(name, fn, [dict(args=list(c), what=f"{name}({', '.join(map(str, c))})") for c in cases],
               _run_count, hidden)
 
 
-def _heads(g: torch.Generator) -> list[tuple[int, int]]:
-    """(d, h) pairs of hidden counting tests: any h, one head, heads of width 1, a small layer."""
-    h, d_k, one, width_1, small, small_k = (draw(g, 2, 64), draw(g, 2, 128), draw(g, 2, 1024), draw(g, 2, 64),
-                                            draw(g, 2, 4), draw(g, 2, 3))
-    return [(h * d_k, h), (one, 1), (width_1, width_1), (small * small_k, small)]
+def _shapes(g: torch.Generator) -> list[tuple[int, int, int]]:
+    """(d, h, n_kv) of hidden counting tests: groups, one key/value head, one per head, heads of width 1."""
+    n_kv, group, d_k = draw(g, 2, 8), draw(g, 2, 8), draw(g, 2, 128)
+    mqa, mha, width_1 = draw(g, 2, 32), draw(g, 2, 16), 2 * draw(g, 1, 8)
+    return [(n_kv * group * d_k, n_kv * group, n_kv), (mqa * draw(g, 1, 64), mqa, 1),
+            (mha * draw(g, 1, 64), mha, mha), (width_1, width_1, 2)]
 
 
-def check_params_per_head(fn: Callable, cases: list[tuple[int, int]] | None = None, hidden: int = 0) -> None:
-    """``fn(d, h)`` = weights of one head's W_Q, W_K, W_V: 3·d·(d/h). Chapter 5."""
+def check_gqa_flops(fn: Callable, cases: list[tuple[int, int, int, int]] | None = None, hidden: int = 0) -> None:
+    """``fn(n, d, h, n_kv)`` = matrix-multiply FLOPs of one grouped-query attention layer on ``n``
+    tokens (a multiply-add is 2 FLOPs; no mask, no batch). Chapter 5."""
     if hidden:
-        cases = _heads(hidden_generator("params_per_head", hidden))
-    _check_counts("params_per_head", fn, [(512, 8)] if cases is None else cases, hidden)
+        g = hidden_generator("gqa_flops", hidden)
+        cases = [(n, *s) for n, s in zip((draw(g, 2, 8192), draw(g, 2, 4096), draw(g, 1, 512), 1), _shapes(g))]
+    _check_counts("gqa_flops", fn, [(2048, 4096, 32, 8)] if cases is None else cases, hidden)
 
 
-def check_mha_params(fn: Callable, cases: list[tuple[int, int]] | None = None, hidden: int = 0) -> None:
-    """``fn(d, h)`` = weights of multi-head attention: h·3·d·(d/h) + d² = 4d². Chapter 5."""
+def check_longest_context(fn: Callable, cases: list[tuple[int, ...]] | None = None, hidden: int = 0) -> None:
+    """``fn(budget_bytes, n_layers, d, h, n_kv, bytes_per_number)`` = the most tokens whose KV cache
+    (keys and values of every layer) fits in ``budget_bytes``. Chapter 5."""
     if hidden:
-        cases = _heads(hidden_generator("mha_params", hidden))
-    _check_counts("mha_params", fn, [(512, 8)] if cases is None else cases, hidden)
-
-
-def check_gqa_params(fn: Callable, cases: list[tuple[int, int, int]] | None = None, hidden: int = 0) -> None:
-    """``fn(d, h, n_kv)`` = weights of grouped-query attention: 2d² + 2·d·n_kv·(d/h). Chapter 5."""
-    if hidden:
-        g = hidden_generator("gqa_params", hidden)
-        n_kv, group, d_k = draw(g, 2, 8), draw(g, 2, 8), draw(g, 2, 128)
-        one, same, small = draw(g, 2, 32), draw(g, 2, 32), draw(g, 2, 4)
-        cases = [(n_kv * group * d_k, n_kv * group, n_kv),  # groups of several heads
-                 (one * draw(g, 1, 64), one, 1),  # one key/value head (multi-query attention)
-                 (same * draw(g, 1, 64), same, same),  # as many key/value heads as heads (multi-head)
-                 (small * 2 * draw(g, 1, 3), small * 2, 2)]
-    _check_counts("gqa_params", fn, [(4096, 32, 8)] if cases is None else cases, hidden)
+        g = hidden_generator("longest_context", hidden)
+        cases = [(draw(g, 10**6, 2**36), draw(g, 1, 96), d, h, n_kv, (2, 4, 1)[i % 3])
+                 for i, (d, h, n_kv) in enumerate(_shapes(g)[:3])]
+        cases[0] = (cases[0][0] | 1, *cases[0][1:])  # an odd budget: the division is never exact
+    _check_counts("longest_context", fn, [(80 * 2**30, 80, 8192, 64, 8, 2)] if cases is None else cases, hidden)
 
 
 # ==== judging: runs in the grader, never loaded into a graded kernel ====
@@ -189,165 +199,196 @@ import math  # noqa: E402
 import re  # noqa: E402
 
 import numpy as np  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
-from .._harness import CheckFailed  # noqa: E402
+from .._harness import CheckFailed, typename  # noqa: E402
 from .._judging import as_array, check_finite, check_shape, close, fail, judge, pair  # noqa: E402
 
 
-# ---------------------------------------------------------------- 5.1 split / merge heads
+# ---------------------------------------------------------------- 5.1 the fused projection, split
 
-def _split_hints(x: torch.Tensor, h: int) -> dict[str, np.ndarray]:
-    """What the usual wrong splits return, for the messages."""
-    *lead, n, d = x.shape
-    d_k = d // h
-    return {
-        "reshaped straight to (…, h, n, d_k) without the transpose: that cuts the memory of x in order, "
-        "so a 'head' holds pieces of several tokens. Reshape to (…, n, h, d_k) first, then swap the "
-        "n and h axes (transpose(-3, -2))": x.reshape(*lead, h, n, d_k).numpy(),
-        "head i must hold the consecutive columns i·d_k … (i+1)·d_k − 1 of every token; yours takes every "
-        "h-th column (reshape to (…, n, h, d_k), not (…, n, d_k, h))":
-            x.reshape(*lead, n, d_k, h).permute(*range(len(lead)), -1, -3, -2).numpy(),
+def _heads(block: torch.Tensor, count: int) -> torch.Tensor:
+    """``(…, n, count·d_k) -> (…, count, n, d_k)``, head i = columns i·d_k … (i+1)·d_k − 1 (by slicing)."""
+    d_k = block.shape[-1] // count
+    return torch.stack([block[..., i * d_k:(i + 1) * d_k] for i in range(count)], dim=-3)
+
+
+def _split_reference(fused: torch.Tensor, h: int, n_kv: int) -> list[torch.Tensor]:
+    d_k = fused.shape[-1] // (h + 2 * n_kv)
+    q, k, v = fused.split([h * d_k, n_kv * d_k, n_kv * d_k], dim=-1)
+    return [_heads(q, h), _heads(k, n_kv), _heads(v, n_kv)]
+
+
+def _split_hints(fused: torch.Tensor, h: int, n_kv: int) -> dict[str, list[np.ndarray | None]]:
+    """What the usual wrong splits return, part by part, for the messages."""
+    *lead, n, width = fused.shape
+    d_k = width // (h + 2 * n_kv)
+    q, k, v = fused.split([h * d_k, n_kv * d_k, n_kv * d_k], dim=-1)
+
+    def straight(block, count):  # noqa: ANN001, ANN202
+        return block.reshape(*lead, count, n, d_k).numpy()
+
+    def strided(block, count):  # noqa: ANN001, ANN202
+        return block.reshape(*lead, n, d_k, count).permute(*range(len(lead)), -1, -3, -2).numpy()
+
+    ref = [p.numpy() for p in _split_reference(fused, h, n_kv)]
+    hints = {
+        "reshaped straight to (…, heads, n, d_k) without the transpose: that cuts the memory in order, so a "
+        "'head' holds pieces of several tokens. Reshape to (…, n, heads, d_k) first, then swap the n and "
+        "heads axes (transpose(-3, -2))": [straight(q, h), straight(k, n_kv), straight(v, n_kv)],
+        "head i must hold the consecutive columns i·d_k … (i+1)·d_k − 1 of its block; yours takes every "
+        "h-th column (reshape to (…, n, heads, d_k), not (…, n, d_k, heads))":
+            [strided(q, h), strided(k, n_kv), strided(v, n_kv)],
+        "k and v are swapped: the fused projection is X [W_Q | W_K | W_V], keys before values":
+            [ref[0], ref[2], ref[1]],
     }
+    return hints
 
 
-@judge("split_heads", compare=("out",),
-       ok=lambda cases, outs: "split_heads: " + ", ".join(
-           f"x {tuple(c['x'].shape)} -> h = {c['n_heads']} heads" for c in cases)
-       + ", head i = columns i·d_k … of every token")
-def _split_heads(case: dict, out: dict) -> None:
-    x, h = case["x"], case["n_heads"]
-    *lead, n, d = x.shape
-    d_k = d // h
-    expected = torch.stack([x[..., i * d_k:(i + 1) * d_k] for i in range(h)], dim=-3).numpy()
-    got = as_array(out["out"], "split_heads(x)")
-    if got.shape == (*lead, n, h, d_k) != expected.shape:
-        raise CheckFailed(f"split_heads(x) has shape (…, n, h, d_k) = {got.shape}: transpose so the head "
-                          f"axis comes before the token axis, (…, h, n, d_k) = {expected.shape}")
-    check_shape(got, expected.shape, "split_heads(x)", "(…, h, n, d_k): one (n, d_k) block per head")
-    if not close(got, expected, 0.0, 0.0):
-        for hint, variant in _split_hints(x, h).items():
-            if close(got, variant, 0.0, 0.0):
-                fail(f"split_heads: {hint}", expected, got)
-        fail("split_heads: head i must be x[..., i·d_k:(i+1)·d_k] exactly", expected, got)
+@judge("split_qkv", compare=("result",),
+       ok=lambda cases, outs: "split_qkv: " + ", ".join(
+           f"fused {tuple(c['fused'].shape)} -> {c['n_heads']} query heads, {c['n_kv_heads']} key/value heads"
+           for c in cases) + "; q, k and v are views of fused (no copy)")
+def _split_qkv(case: dict, out: dict) -> None:
+    fused, h, n_kv = case["fused"], case["n_heads"], case["n_kv_heads"]
+    ref = _split_reference(fused, h, n_kv)
+    parts = out["result"]
+    if not isinstance(parts, list) or len(parts) != 3:
+        raise CheckFailed(f"split_qkv must return three tensors (q, k, v), got {typename(parts)}")
+    got = [as_array(p, name) for p, name in zip(parts, "qkv")]
+    *lead, n, width = fused.shape
+    d_k = width // (h + 2 * n_kv)
+    if n_kv != h and got[1].shape == (*lead, h, n, d_k):
+        raise CheckFailed(f"k has {h} heads: in grouped-query attention the fused projection holds h = {h} query "
+                          f"heads but only g = {n_kv} key heads and g value heads, so d_k = width/(h + 2g) = {d_k}")
+    for name, g_part, r in zip("qkv", got, ref):
+        if g_part.shape == (*lead, n, r.shape[-3], d_k) != r.shape:
+            raise CheckFailed(f"{name} has shape (…, n, heads, d_k) = {g_part.shape}: transpose so the head axis "
+                              f"comes before the token axis, (…, heads, n, d_k) = {tuple(r.shape)}")
+        check_shape(g_part, tuple(r.shape), name, "(…, heads, n, d_k): one (n, d_k) block per head")
+    if not all(close(g_part, r.numpy(), 0.0, 0.0) for g_part, r in zip(got, ref)):
+        for hint, variant in _split_hints(fused, h, n_kv).items():
+            if all(close(g_part, v, 0.0, 0.0) for g_part, v in zip(got, variant)):
+                fail(f"split_qkv: {hint}", ref[0].numpy(), got[0])
+        name, g_part, r = next((nm, gp, r) for nm, gp, r in zip("qkv", got, ref) if not close(gp, r.numpy(), 0, 0))
+        fail(f"split_qkv: {name} differs: the fused columns are [q heads | k heads | v heads], each head "
+             f"d_k = {d_k} consecutive columns", r.numpy(), g_part)
+    if out.get("input_unchanged") is not True:
+        raise CheckFailed("split_qkv changed the tensor it was given: read fused, do not write into it")
+    if out.get("views") != [True, True, True]:
+        copies = [name for name, view in zip("qkv", out.get("views") or [False] * 3) if not view]
+        raise CheckFailed(f"{', '.join(copies)} {'is a copy' if len(copies) == 1 else 'are copies'} of the numbers, "
+                          "not a view of fused: torch.stack, torch.cat, clone and contiguous copy memory. Slicing "
+                          "the columns, reshape and transpose only change how the same memory is read")
 
 
-@judge("merge_heads", compare=("out",),
-       ok=lambda cases, outs: "merge_heads: " + ", ".join(f"x {tuple(c['x'].shape)}" for c in cases)
-       + " -> (…, n, h·d_k), each token's heads side by side in order")
-def _merge_heads(case: dict, out: dict) -> None:
-    x = case["x"]
-    *lead, h, n, d_k = x.shape
-    expected = torch.cat([x[..., i, :, :] for i in range(h)], dim=-1).numpy()
-    got = as_array(out["out"], "merge_heads(x)")
-    check_shape(got, expected.shape, "merge_heads(x)", "(…, n, h·d_k): one row per token")
-    if not close(got, expected, 0.0, 0.0):
-        hints = {
-            "merged in the wrong order: reshaping (…, h, n, d_k) straight to (…, n, h·d_k) strings the "
-            "heads' rows together instead of putting each token's heads side by side. Transpose back to "
-            "(…, n, h, d_k) first, then reshape": x.reshape(*lead, n, h * d_k).numpy(),
-            "merged in the wrong order: the columns of head i must be consecutive (i·d_k … (i+1)·d_k − 1), "
-            "not interleaved with the other heads'":
-                x.permute(*range(len(lead)), -2, -1, -3).reshape(*lead, n, h * d_k).numpy(),
-        }
-        for hint, variant in hints.items():
-            if close(got, variant, 0.0, 0.0):
-                fail(f"merge_heads: {hint}", expected, got)
-        fail("merge_heads: token t's row must be [head 0's row t | head 1's row t | …]", expected, got)
+# ---------------------------------------------------------------- 5.2 grouped-query attention
 
-
-# ---------------------------------------------------------------- 5.2 multi-head attention
-
-def _reference_mha(X: torch.Tensor, W_Q, W_K, W_V, W_O, h: int) -> tuple[np.ndarray, np.ndarray]:  # noqa: ANN001
-    """torch.nn.MultiheadAttention with the book's matrices copied in (transposed)."""
-    *lead, n, d = X.shape
-    ref = nn.MultiheadAttention(d, h, bias=False, batch_first=True, dtype=torch.float64)
-    batch = X.reshape(-1, n, d)  # the layer takes one batch axis: the leading axes are flattened into it
-    with torch.no_grad():
-        ref.in_proj_weight.copy_(torch.cat([W_Q.T, W_K.T, W_V.T]))
-        ref.out_proj.weight.copy_(W_O.T)
-        out, weights = ref(batch, batch, batch, need_weights=True, average_attn_weights=False)
-    return out.reshape(*lead, n, d).numpy(), weights.reshape(*lead, h, n, n).numpy()
-
-
-def _mha_variants(X, W_Q, W_K, W_V, W_O, h: int) -> dict[str, tuple[np.ndarray, np.ndarray]]:  # noqa: ANN001
-    """Outputs of the usual wrong multi-head attentions, for the messages."""
+def _gqa_reference(X: torch.Tensor, W_Q, W_K, W_V, W_O, h: int, n_kv: int, scale: float | None = None,  # noqa: ANN001
+                   interleaved: bool = False, out_proj: bool = True) -> tuple[np.ndarray, np.ndarray]:
+    """Grouped-query attention: torch's scaled_dot_product_attention with ``enable_gqa`` for the output
+    (with the default scale), the weights from the softmax of the scores; variants for the messages."""
     *lead, n, d = X.shape
     d_k = d // h
-
-    def heads(scale: float, split_ok: bool = True):  # noqa: ANN202
-        def split(M):  # noqa: ANN001, ANN202
-            return (M.reshape(*lead, n, h, d_k).transpose(-3, -2) if split_ok
-                    else M.reshape(*lead, h, n, d_k))
-        q, k, v = split(X @ W_Q), split(X @ W_K), split(X @ W_V)
-        a = torch.softmax(q @ k.transpose(-2, -1) * scale, dim=-1)
-        z = (a @ v).transpose(-3, -2).reshape(*lead, n, d)
-        return z, a
-
-    z_d, a_d = heads(1 / math.sqrt(d))
-    z_1, a_1 = heads(1 / math.sqrt(d_k))
-    z_s, a_s = heads(1 / math.sqrt(d_k), split_ok=False)
-    return {
-        f"each head divides its scores by √d_k = √{d_k} (the width of its own queries and keys), "
-        f"not by √d = √{d}": ((z_d @ W_O).numpy(), a_d.numpy()),
-        "the output is missing W_O: concatenate the heads, then multiply by W_O":
-            (z_1.numpy(), a_1.numpy()),
-        "the heads mix tokens: head i is the columns i·d_k … (i+1)·d_k − 1 of Q, K and V for every token "
-        "(reshaping (n, d) straight to (h, n, d_k) does not do that)": ((z_s @ W_O).numpy(), a_s.numpy()),
-    }
+    q = (X @ W_Q).reshape(*lead, n, h, d_k).transpose(-3, -2)
+    k = (X @ W_K).reshape(*lead, n, n_kv, d_k).transpose(-3, -2)
+    v = (X @ W_V).reshape(*lead, n, n_kv, d_k).transpose(-3, -2)
+    index = torch.arange(h) % n_kv if interleaved else torch.arange(h) // (h // n_kv)
+    k_all, v_all = k.index_select(-3, index), v.index_select(-3, index)
+    scale = 1 / math.sqrt(d_k) if scale is None else scale
+    a = torch.softmax(q @ k_all.transpose(-2, -1) * scale, dim=-1)
+    if scale == 1 / math.sqrt(d_k) and not interleaved:
+        z = F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    else:
+        z = a @ v_all
+    z = z.transpose(-3, -2).reshape(*lead, n, d)
+    return (z @ W_O if out_proj else z).numpy(), a.numpy()
 
 
-@judge("multi_head_attention", compare=("result",), atol=1e-6, rtol=1e-6, bans=_MHA_BANNED,
-       ok=lambda cases, outs: "multi_head_attention = torch.nn.MultiheadAttention for " + ", ".join(
-           f"X {tuple(c['X'].shape)}, h = {c['n_heads']}" for c in cases) + ": output and per-head weights "
-                                                                               "(atol 1e-6)")
-def _multi_head_attention(case: dict, out: dict) -> None:
+@judge("gqa_attention", compare=("result",), atol=1e-6, rtol=1e-6, bans=_MHA_BANNED,
+       ok=lambda cases, outs: "gqa_attention = torch's scaled_dot_product_attention(enable_gqa=True) for " + ", ".join(
+           f"X {tuple(c['X'].shape)}, h = {c['n_heads']}, g = {c['n_kv_heads']}" for c in cases)
+       + ": output and per-head weights (atol 1e-6)")
+def _gqa_attention(case: dict, out: dict) -> None:
     if out.get("torch_layer"):
-        raise CheckFailed("multi_head_attention uses torch's multi_head_attention_forward "
-                          "(torch.nn.MultiheadAttention): build it from the single-head function; torch's "
-                          "multi-head layer is switched off during this check")
-    X, h, atol = case["X"], case["n_heads"], 1e-6
-    W_Q, W_K, W_V, W_O = (case[w] for w in ("W_Q", "W_K", "W_V", "W_O"))
-    out_ref, w_ref = _reference_mha(X, W_Q, W_K, W_V, W_O, h)
-    got, weights = pair(out["result"], "multi_head_attention", ("out", "weights"))
+        raise CheckFailed("gqa_attention uses torch's multi_head_attention_forward (torch.nn.MultiheadAttention): "
+                          "build it from the single-head function; torch's multi-head layer is switched off here")
+    X, h, n_kv, atol = case["X"], case["n_heads"], case["n_kv_heads"], 1e-6
+    weights_ = [case[w] for w in ("W_Q", "W_K", "W_V", "W_O")]
+    out_ref, w_ref = _gqa_reference(X, *weights_, h, n_kv)
+    got, weights = pair(out["result"], "gqa_attention", ("out", "weights"))
     got, weights = as_array(got, "out"), as_array(weights, "weights")
-    if weights.shape == w_ref.shape[:-3] + w_ref.shape[-2:] and h > 1:
-        raise CheckFailed(f"weights has shape {weights.shape}, one (n, n) matrix: return every head's "
-                          f"weights, shape (…, h, n, n) = {w_ref.shape}, not their average or one head's")
-    check_shape(weights, w_ref.shape, "weights", "(…, h, n, n): one n×n pattern per head")
+    if weights.shape == (*w_ref.shape[:-3], n_kv, *w_ref.shape[-2:]) and n_kv != h:
+        raise CheckFailed(f"weights has {n_kv} patterns, one per key/value head: every one of the h = {h} query "
+                          f"heads has its own scores, so weights has shape (…, h, n, n) = {w_ref.shape}")
+    check_shape(weights, w_ref.shape, "weights", "(…, h, n, n): one n×n pattern per query head")
     check_shape(got, out_ref.shape, "out", "(…, n, d): the concatenated heads times W_O")
     check_finite(got, "out", "the softmax should subtract the row maximum")
-    if not (close(got, out_ref, atol, atol) and close(weights, w_ref, atol, atol)):
-        for hint, (v_out, v_w) in _mha_variants(X, W_Q, W_K, W_V, W_O, h).items():
-            if close(got, v_out, atol, atol) or (close(weights, v_w, atol, atol)
-                                                  and not close(weights, w_ref, atol, atol)):
-                fail(hint, out_ref, got)
-        if not close(weights, w_ref, atol, atol):
-            fail(f"weights differ from torch.nn.MultiheadAttention's per-head weights (atol {atol}): head i "
-                 "uses the columns i·d_k … (i+1)·d_k − 1 of X W_Q and X W_K", w_ref, weights)
-        fail(f"out differs from torch.nn.MultiheadAttention with the same weights (atol {atol}): "
-             "concatenate the heads in order, then multiply by W_O", out_ref, got)
+    if close(got, out_ref, atol, atol) and close(weights, w_ref, atol, atol):
+        return
+    d = X.shape[-1]
+    variants = {
+        f"query head i reads key/value head i // (h/g) = i // {h // n_kv}: the heads of one group are "
+        "consecutive (heads 0 … h/g − 1 share key head 0); yours cycles through the key heads (i mod g)":
+            _gqa_reference(X, *weights_, h, n_kv, interleaved=True),
+        f"each head divides its scores by √d_k = √{d // h} (the width of its own queries and keys), "
+        f"not by √d = √{d}": _gqa_reference(X, *weights_, h, n_kv, scale=1 / math.sqrt(d)),
+        "the output is missing W_O: concatenate the heads, then multiply by W_O":
+            _gqa_reference(X, *weights_, h, n_kv, out_proj=False),
+    }
+    for hint, (v_out, v_w) in variants.items():
+        if close(got, v_out, atol, atol) and close(weights, v_w, atol, atol):
+            fail(hint, out_ref, got)
+    if not close(weights, w_ref, atol, atol):
+        fail(f"weights differ from softmax(q_i k_jᵀ/√d_k) with query head i reading key head i // (h/g) "
+             f"(atol {atol})", w_ref, weights)
+    fail(f"out differs from torch's grouped-query attention with the same weights (atol {atol}): each query "
+         "head averages the values of its group's value head; concatenate the heads in order, then "
+         "multiply by W_O", out_ref, got)
 
 
-# ---------------------------------------------------------------- 5.3 the parameter counts
+# ---------------------------------------------------------------- 5.3 what the grouping saves
 
-def _counts(reference: Callable, hints: dict[str, Callable]) -> Callable[[dict, dict], None]:
+def _measured_flops(n: int, d: int, h: int, n_kv: int, **variant: bool) -> int:
+    """The FLOPs torch's own counter sees in one forward pass of grouped-query attention on ``n``
+    tokens, run on the meta device (nothing is computed or allocated). The variants, for the
+    messages: scores for the key/value heads only, no output projection."""
+    d_k = d // h
+    heads = n_kv if variant.get("scores_per_kv_head") else h
+    with torch.device("meta"):
+        X, W_Q, W_O, concat = torch.empty(n, d), torch.empty(d, d), torch.empty(d, d), torch.empty(n, d)
+        W_K, W_V = torch.empty(d, n_kv * d_k), torch.empty(d, n_kv * d_k)
+        with FlopCounterMode(display=False) as counter:
+            q = (X @ W_Q).reshape(n, h, d_k).transpose(0, 1)[:heads]
+            k, v = ((X @ W).reshape(n, n_kv, d_k).transpose(0, 1) for W in (W_K, W_V))
+            k, v = (t.repeat_interleave(heads // n_kv, dim=0) for t in (k, v))
+            torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v
+            if not variant.get("no_out_proj"):
+                concat @ W_O
+    return int(counter.get_total_flops())
+
+
+def _counts(reference: Callable, hints: dict[str, Callable], integer: bool = False) -> Callable[[dict, dict], None]:
     def judge_count(case: dict, out: dict) -> None:
         args, label = case["args"], case["what"]
         used = out.get("torch")
         if used:
             name = re.sub(r"[^A-Za-z0-9_.]", "", str(used))[:60]  # a name, never text the notebook chose
             name = "a layer's parameters" if name == "register_parameter" else name or "torch"
-            raise CheckFailed(f"{label} calls torch ({name}): derive the count as a formula in the "
-                              "arguments; building a layer and counting its parameters is switched off here")
+            raise CheckFailed(f"{label} calls torch ({name}): derive the number as a formula in the arguments; "
+                              "building a layer (or running one) to count is switched off here")
         arr = as_array(out["value"], label)
         if arr.shape != ():
             raise CheckFailed(f"{label} must return one number, got an array of shape {arr.shape}")
         value, expected = float(arr), reference(*args)
+        if integer and value != math.floor(value):
+            raise CheckFailed(f"{label} must be a whole number of tokens: a cache holds whole tokens, so round "
+                              "down (// or math.floor)")
         if value != expected:
             for hint, variant in hints.items():
                 if value == variant(*args) != expected:
                     fail(f"{label}: {hint}", expected, value)
-            fail(f"{label} is not the number of weights (no biases)", expected, value)
+            fail(f"{label} is not right", expected, value)
     return judge_count
 
 
@@ -355,31 +396,44 @@ def _ok_counts(rule: str, names: str) -> Callable[[list[dict], list[dict]], str]
     return lambda cases, outs: f"{rule} for {names} in {[tuple(c['args']) for c in cases]}"
 
 
-judge("params_per_head", compare=("value",), ok=_ok_counts("params_per_head: 3·d·(d/h) weights per head", "(d, h)"))(
-    _counts(lambda d, h: 3 * d * (d // h), {
-        "that is a full-width head (3·d·d); a head projects d → d_k = d/h": lambda d, h: 3 * d * d,
-        "that is one of the three matrices: count W_Q, W_K and W_V of the head": lambda d, h: d * (d // h),
-        "each matrix maps d inputs to d_k = d/h outputs: d·(d/h) numbers, not (d/h)²":
-            lambda d, h: 3 * (d // h) ** 2,
-        "that includes W_O; the question is the head's W_Q, W_K and W_V": lambda d, h: 3 * d * (d // h) + d * d}))
-judge("mha_params", compare=("value",), ok=_ok_counts("mha_params: 4d² weights for every h", "(d, h)"))(
-    _counts(lambda d, h: h * 3 * d * (d // h) + d * d, {
-        "heads have width d/h: h full-width heads would be h times larger, but the layer has 4d² "
-        "weights whatever h is": lambda d, h: h * 4 * d * d,
-        "h full-width heads (h·3·d²) plus W_O: each head has width d_k = d/h":
-            lambda d, h: h * 3 * d * d + d * d,
-        "that leaves out W_O (d × d)": lambda d, h: 3 * d * d,
-        "that is one head's share; all h heads together hold 3d², plus W_O": lambda d, h: 4 * d * d // h,
-        "that counts the biases too (4d); the question asks for the weights only":
-            lambda d, h: 4 * d * d + 4 * d}))
-judge("gqa_params", compare=("value",),
-      ok=_ok_counts("gqa_params: 2d² + 2·d·n_kv·d_k weights", "(d, h, n_kv)"))(
-    _counts(lambda d, h, g: 2 * d * d + 2 * d * g * (d // h), {
-        "that is multi-head attention (4d²): with n_kv key/value heads W_K and W_V have n_kv·d_k columns":
-            lambda d, h, g: 4 * d * d,
-        "the key/value heads have width d_k = d/h: W_K and W_V are d × (n_kv·d/h)":
-            lambda d, h, g: 2 * d * d + 2 * d * g,
-        "n_kv is the number of key/value heads, not the group size h/n_kv":
-            lambda d, h, g: 2 * d * d + 2 * d * (h // g) * (d // h),
-        "W_Q and W_O stay d × d: only W_K and W_V shrink": lambda d, h, g: 4 * d * g * (d // h),
-        "that leaves out W_O (d × d)": lambda d, h, g: d * d + 2 * d * g * (d // h)}))
+judge("gqa_flops", compare=("value",),
+      ok=_ok_counts("gqa_flops = the FLOPs torch's FlopCounterMode counts, 4nd² + 4nd·g·d_k + 4n²d",
+                    "(n, d, h, g)"))(
+    _counts(_measured_flops, {
+        "that is multi-head attention (8nd² + 4n²d): with g key/value heads W_K and W_V have g·d_k columns, "
+        "so their projections cost 2·n·d·g·d_k each": lambda n, d, h, g: _measured_flops(n, d, h, h),
+        "the key/value heads are fewer, but every one of the h query heads still computes its own n×n scores "
+        "and its own weighted average": lambda n, d, h, g: _measured_flops(n, d, h, g, scores_per_kv_head=True),
+        "that counts multiply-adds; a multiply-add is 2 FLOPs (an (a×b)·(b×c) product costs 2abc)":
+            lambda n, d, h, g: _measured_flops(n, d, h, g) // 2,
+        "that leaves out the output projection W_O (2nd²)": lambda n, d, h, g: _measured_flops(n, d, h, g,
+                                                                                              no_out_proj=True)}))
+
+
+def _cache_bytes_per_token(layers: int, d: int, h: int, n_kv: int, size: int) -> int:
+    """Bytes the KV cache holds per token: keys and values, g heads of width d_k, every layer."""
+    return 2 * layers * n_kv * (d // h) * size
+
+
+def _longest(budget: int, layers: int, d: int, h: int, n_kv: int, size: int) -> int:
+    """The largest n with n · (bytes per token) ≤ budget, found by comparing two whole numbers."""
+    per_token = _cache_bytes_per_token(layers, d, h, n_kv, size)
+    n = budget // per_token
+    assert n * per_token <= budget < (n + 1) * per_token
+    return n
+
+
+judge("longest_context", compare=("value",),
+      ok=_ok_counts("longest_context: ⌊budget / (2·L·g·d_k·bytes)⌋ tokens",
+                    "(budget, L, d, h, g, bytes)"))(
+    _counts(_longest, {
+        "the cache holds keys and values: 2 numbers per head, coordinate, layer and token":
+            lambda b, L, d, h, g, s: b // (L * g * (d // h) * s),
+        "that is the cache of multi-head attention: only g key/value heads are cached, not h":
+            lambda b, L, d, h, g, s: b // (2 * L * d * s),
+        "every layer keeps its own cache: multiply by the number of layers": lambda b, L, d, h, g, s: b // (
+            2 * g * (d // h) * s),
+        "the budget is in bytes: each number takes bytes_per_number of them": lambda b, L, d, h, g, s: b // (
+            2 * L * g * (d // h)),
+        "round down: a context one token longer than the budget allows does not fit":
+            lambda b, L, d, h, g, s: -(-b // _cache_bytes_per_token(L, d, h, g, s))}, integer=True))
