@@ -252,9 +252,8 @@ def minilm_dir() -> Path:
 
 def load_minilm() -> tuple[BertEncoder, WordPiece]:
     """The trained all-MiniLM-L6-v2 in a `BertEncoder` (``eval()`` mode) and its WordPiece
-    tokenizer (the course's `WordPiece`, read from the package's ``tokenizer.json``), read
-    from the installed package: weights by ``safetensors``, nothing downloaded. Chapters 1,
-    5 and 9."""
+    tokenizer (the course's `WordPiece`, read from the package's ``tokenizer.json``), from the
+    installed package: weights by ``safetensors``, nothing downloaded. Chapters 1, 5 and 9."""
     from safetensors.torch import load_file
 
     folder = minilm_dir()

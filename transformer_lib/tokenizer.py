@@ -111,6 +111,13 @@ class Tokenizer:
         self._cache[pretoken] = ids
         return ids
 
+    def _encode_plain(self, text: str) -> list[int]:
+        """The ids of a text without special tokens."""
+        ids: list[int] = []
+        for pretoken in _PRETOKEN.findall(text):
+            ids.extend(self._bpe(pretoken))
+        return ids
+
     def encode(self, text: str) -> list[int]:
         """``str`` -> token ids ``(n,)``: special tokens one id each, the rest byte-level BPE
         over GPT-2's pre-tokens. Chapter 11."""
@@ -118,30 +125,29 @@ class Tokenizer:
             raise TypeError(f"text: expected a str, got {type(text).__name__}")
         ids: list[int] = []
         for piece, special in split_special(text, self.special_tokens):
-            if special:
-                ids.append(self.special_ids[piece])
-            else:
-                for pretoken in _PRETOKEN.findall(piece):
-                    ids.extend(self._bpe(pretoken))
+            ids.extend([self.special_ids[piece]] if special else self._encode_plain(piece))
         return ids
 
-    def _stable(self, text: str) -> int:
-        """How much of ``text`` encodes the same whatever text follows: up to the end of the
-        last special token with all its possible extensions in view, then up to the end of the
-        last pre-token that ends ``_LOOKAHEAD`` characters before anything still open (a
-        special token could start in the last ``longest − 1`` characters; GPT-2's pattern
-        looks at most two characters past a pre-token's end to decide it)."""
-        cut, open_from = 0, len(text) - max(self._longest - 1, 0)
+    def _certain(self, text: str) -> tuple[list[int], int]:
+        """The ids of the start of ``text`` that no continuation can change, and its length:
+        the special tokens whose longest possible extension is in view, then the pre-tokens
+        that end ``_LOOKAHEAD`` characters before anything still open (a special token could
+        start in the last ``longest − 1`` characters; GPT-2's pattern reads at most two
+        characters past a pre-token's end to decide it). The pre-tokens are taken as found in
+        ``text``: the same pattern run on a cut-off text could end differently."""
+        ids, cut, open_from = [], 0, len(text) - max(self._longest - 1, 0)
         for m in self._special.finditer(text) if self._special is not None else ():
-            if m.start() + self._longest > len(text):
-                open_from = min(open_from, m.start())
+            if m.start() + self._longest > len(text):      # it starts at or after open_from
                 break
+            ids += self._encode_plain(text[cut:m.start()])
+            ids.append(self.special_ids[m.group()])
             cut = m.end()
-        for m in _PRETOKEN.finditer(text, cut, max(open_from, cut)):
+        for m in _PRETOKEN.finditer(text, cut):
             if m.end() + _LOOKAHEAD > open_from:
                 break
+            ids += self._bpe(m.group())
             cut = m.end()
-        return cut
+        return ids, cut
 
     def encode_iterable(self, texts: Iterable[str]) -> Iterator[int]:
         """Token ids of the concatenated ``texts`` (e.g. the lines of an open file), yielded as
@@ -153,11 +159,9 @@ class Tokenizer:
         for chunk in texts:
             if not isinstance(chunk, str):
                 raise TypeError(f"texts: expected strings, got an item of type {type(chunk).__name__}")
-            pending += chunk
-            cut = self._stable(pending)
-            if cut:
-                yield from self.encode(pending[:cut])
-                pending = pending[cut:]
+            ids, cut = self._certain(pending + chunk)
+            yield from ids
+            pending = (pending + chunk)[cut:]
         yield from self.encode(pending)
 
     def decode(self, ids: Iterable[int]) -> str:

@@ -23,6 +23,8 @@ from transformer_lib.bpe import split_special
 
 __all__ = ["is_cjk", "is_punctuation", "WordPiece"]
 
+# The blocks of CJK ideographs as Hugging Face's normaliser lists them (its fifth range starts at
+# U+2B920, where Google's BERT has U+2B820).
 _CJK = ((0x4E00, 0x9FFF), (0x3400, 0x4DBF), (0x20000, 0x2A6DF), (0x2A700, 0x2B73F), (0x2B740, 0x2B81F),
         (0x2B920, 0x2CEAF), (0xF900, 0xFAFF), (0x2F800, 0x2FA1F))
 _ASCII_PUNCTUATION = set("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
