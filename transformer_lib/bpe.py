@@ -110,15 +110,46 @@ def _desc(token: bytes) -> tuple[int, ...]:
 
 def _merge_word(word: tuple[int, ...], pair: tuple[int, int], new: int) -> tuple[int, ...]:
     """``word`` with every occurrence of ``pair`` replaced by ``new``, left to right."""
-    out, i, n = [], 0, len(word)
+    a, b = pair
+    out: list[int] = []
+    i, n = 0, len(word)
     while i < n:
-        if i + 1 < n and word[i] == pair[0] and word[i + 1] == pair[1]:
+        try:
+            j = word.index(a, i)
+        except ValueError:
+            break
+        if j + 1 < n and word[j + 1] == b:
+            out.extend(word[i:j])
             out.append(new)
-            i += 2
+            i = j + 2
         else:
-            out.append(word[i])
-            i += 1
+            out.extend(word[i:j + 1])
+            i = j + 1
+    out.extend(word[i:])
     return tuple(out)
+
+
+def _merge_with_delta(word: tuple[int, ...], pair: tuple[int, int],
+                      new: int) -> tuple[tuple[int, ...], dict[tuple[int, int], int]]:
+    """The merged word and the changes of its pair counts (see :func:`merge_delta`)."""
+    a, b = pair
+    merged = _merge_word(word, pair, new)
+    delta: dict[tuple[int, int], int] = {}
+    last = len(merged) - 1
+    for j, token in enumerate(merged):
+        if token != new:
+            continue
+        delta[pair] = delta.get(pair, 0) - 1
+        if j > 0:
+            left = merged[j - 1]
+            gone = (b, a) if left == new else (left, a)
+            delta[gone] = delta.get(gone, 0) - 1
+            delta[left, new] = delta.get((left, new), 0) + 1
+        if j < last and merged[j + 1] != new:
+            right = merged[j + 1]
+            delta[b, right] = delta.get((b, right), 0) - 1
+            delta[new, right] = delta.get((new, right), 0) + 1
+    return merged, {p: k for p, k in delta.items() if k}
 
 
 def merge_delta(word: Sequence[int], pair: tuple[int, int], new: int) -> dict[tuple[int, int], int]:
@@ -126,25 +157,7 @@ def merge_delta(word: Sequence[int], pair: tuple[int, int], new: int) -> dict[tu
     occurrence loses ``pair`` and its neighbour pairs ``(x, a)``, ``(b, y)`` and gains
     ``(x, new)``, ``(new, y)``; two merged occurrences side by side lose ``(b, a)`` and gain
     ``(new, new)``. Only the changed pairs are listed. Chapter 11."""
-    a, b = pair
-    merged = _merge_word(tuple(word), pair, new)
-    delta: dict[tuple[int, int], int] = {}
-
-    def add(p: tuple[int, int], k: int) -> None:
-        delta[p] = delta.get(p, 0) + k
-
-    for j, token in enumerate(merged):
-        if token != new:
-            continue
-        add(pair, -1)
-        if j > 0:
-            left = merged[j - 1]
-            add((b, a) if left == new else (left, a), -1)
-            add((left, new), 1)
-        if j + 1 < len(merged) and merged[j + 1] != new:
-            add((b, merged[j + 1]), -1)
-            add((new, merged[j + 1]), 1)
-    return {p: k for p, k in delta.items() if k}
+    return _merge_with_delta(tuple(word), pair, new)[1]
 
 
 class _PairCounts:
@@ -183,12 +196,10 @@ class _PairCounts:
         delta: dict[tuple[int, int], int] = {}
         for w in self.where.pop(pair):
             word, freq = self.words[w], self.freqs[w]
-            if new in word or len(word) < 2:
+            if pair[1] not in word:       # it lost the pair since it was listed
                 continue
-            changes = merge_delta(word, pair, new)
-            if not changes:
-                continue
-            self.words[w] = _merge_word(word, pair, new)
+            merged, changes = _merge_with_delta(word, pair, new)
+            self.words[w] = merged
             for p, k in changes.items():
                 delta[p] = delta.get(p, 0) + k * freq
                 if k > 0:
