@@ -41,7 +41,7 @@ def test_claims_for_another_training_slice(start):
     ns = dict(namespace)
     for phrase, edits in [("SLICE_START = 0", [("SLICE_START = 0 ", f"SLICE_START = {start} ")]),
                           ("TRAIN_CHARS = 1_000_000", []),
-                          ("def encode_by_hand", []),
+                          ("PASSAGES = {", []),
                           ("SIZES = [256, 512", []),
                           ("assert bytes_per_token[256] == 1.0", []),
                           ("wordpiece = WordPiece.from_file", [])]:
