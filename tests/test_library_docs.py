@@ -28,7 +28,7 @@ from repo_paths import REPO
 
 MODULES = ["embedding", "attention", "multihead", "block", "stream", "positional", "moe", "bert",
            "model", "loading", "counting", "config", "viz", "data", "train", "tiled", "memory",
-           "efficient", "vision"]
+           "efficient", "vision", "corpus", "bpe", "tokenizer", "wordpiece"]
 MAX_LINES = 300
 
 CHAPTER_END = re.compile(r"Chapters? \d+(?:(?:, \d+)* and \d+|–\d+)?\.\s*$")

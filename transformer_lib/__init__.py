@@ -15,6 +15,7 @@ One module per idea; import from the modules, e.g. ``from transformer_lib.attent
 - ``counting``    parameter and FLOP counting  (Chapter 9)
 - ``tiled``, ``memory``  tiled online-softmax attention, peak tensor memory  (Chapter 9)
 - ``efficient``, ``vision``  sliding-window and linear attention; patches and a ViT  (Chapter 10, appendix)
+- ``bpe``, ``tokenizer``, ``wordpiece``  byte-level BPE trained and applied; BERT's WordPiece  (Chapter 11, appendix)
 - ``viz``, ``data``, ``train``, ``grading``  figures, toy data, training loop, exercise checks
 """
 
@@ -35,6 +36,9 @@ __all__ = [
     "memory",
     "efficient",
     "vision",
+    "bpe",
+    "tokenizer",
+    "wordpiece",
     "viz",
     "data",
     "train",

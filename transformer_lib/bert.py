@@ -26,6 +26,7 @@ from transformer_lib._checks import require_bool, require_ids, require_instance,
 from transformer_lib.block import TransformerBlock, make_norm
 from transformer_lib.config import ModelConfig
 from transformer_lib.positional import LearnedPositionalEmbedding
+from transformer_lib.wordpiece import WordPiece
 
 __all__ = ["BertOutput", "BertEncoder", "check_bert_config", "bert_config", "bert_tensors", "bert_key",
            "mean_pool", "minilm_dir", "load_minilm", "tokenize"]
@@ -249,36 +250,33 @@ def minilm_dir() -> Path:
     return Path(package.__file__).resolve().parent / "model"
 
 
-def load_minilm() -> tuple[BertEncoder, object]:
+def load_minilm() -> tuple[BertEncoder, WordPiece]:
     """The trained all-MiniLM-L6-v2 in a `BertEncoder` (``eval()`` mode) and its WordPiece
-    tokenizer (a ``tokenizers.Tokenizer``), read from the installed package: weights by
-    ``safetensors``, nothing downloaded. Chapters 1, 5 and 9."""
+    tokenizer (the course's `WordPiece`, read from the package's ``tokenizer.json``), from the
+    installed package: weights by ``safetensors``, nothing downloaded. Chapters 1, 5 and 9."""
     from safetensors.torch import load_file
-    from tokenizers import Tokenizer
 
     folder = minilm_dir()
     config = bert_config(json.loads((folder / "config.json").read_text()), pooler=True)
     model = BertEncoder.from_bert_state_dict(load_file(folder / "model.safetensors"), config)
-    tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
-    tokenizer.no_padding()                     # the file pads to 128; `tokenize` pads to the longest
-    return model.eval(), tokenizer
+    return model.eval(), WordPiece.from_file(folder / "tokenizer.json")
 
 
-def tokenize(tokenizer: object, sentences: Sequence[str]) -> tuple[Tensor, Tensor, list[list[str]]]:
+def tokenize(tokenizer: WordPiece, sentences: Sequence[str]) -> tuple[Tensor, Tensor, list[list[str]]]:
     """WordPiece ids of sentences, with [CLS] and [SEP], padded to the longest:
     ``-> ids (b, n), attention_mask (b, n), tokens`` (the strings, padding included).
     Chapters 1 and 5."""
+    require_instance("tokenizer", tokenizer, WordPiece, "a WordPiece tokenizer")
     if isinstance(sentences, str) or not sentences:
         raise ValueError("sentences: expected a non-empty list of strings, got "
                          f"{sentences!r}")
-    encs = tokenizer.encode_batch(list(sentences))
-    lengths = [sum(e.attention_mask) for e in encs]          # a tokenizer may pad already
-    n = max(lengths)
-    ids = torch.zeros(len(encs), n, dtype=torch.long)
-    mask = torch.zeros(len(encs), n, dtype=torch.long)
+    encoded = [tokenizer.encode(s) for s in sentences]
+    n = max(map(len, encoded))
+    ids = torch.full((len(encoded), n), tokenizer.vocab.get("[PAD]", 0), dtype=torch.long)
+    mask = torch.zeros(len(encoded), n, dtype=torch.long)
     tokens = []
-    for row, (e, k) in enumerate(zip(encs, lengths)):
-        ids[row, :k] = torch.tensor(e.ids[:k])
-        mask[row, :k] = 1
-        tokens.append(e.tokens[:k] + ["[PAD]"] * (n - k))
+    for row, e in enumerate(encoded):
+        ids[row, :len(e)] = torch.tensor(e)
+        mask[row, :len(e)] = 1
+        tokens.append(tokenizer.decode_tokens(e) + ["[PAD]"] * (n - len(e)))
     return ids, mask, tokens

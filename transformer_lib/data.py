@@ -1,5 +1,7 @@
 """Small data for the chapters: the book's running example, a character tokenizer, a
-built-in text and synthetic sequence tasks (copy, reverse, sort, induction).
+built-in text, synthetic sequence tasks (copy, reverse, sort, induction) and the Shakespeare
+corpus (``shakespeare_works``, ``shakespeare_text``, ``shakespeare_splits``, defined in
+``transformer_lib.corpus``, and its fixed tokenizer ``shakespeare_tokenizer``).
 
 Every task returns ``(inputs, targets)`` as LongTensors of shape ``(batch, L)`` in the
 next-token format of a decoder-only model: ``targets[:, t]`` is the token that follows
@@ -17,6 +19,8 @@ import torch
 from torch import Tensor
 
 from transformer_lib._checks import require_int
+from transformer_lib.corpus import (SHAKESPEARE_ALPHABET, shakespeare_splits, shakespeare_text,
+                                    shakespeare_works)
 
 __all__ = [
     "SEP",
@@ -32,6 +36,11 @@ __all__ = [
     "task_batches",
     "text_batch",
     "unigram_loss",
+    "SHAKESPEARE_ALPHABET",
+    "shakespeare_works",
+    "shakespeare_text",
+    "shakespeare_splits",
+    "shakespeare_tokenizer",
 ]
 
 SEP = 0
@@ -280,3 +289,9 @@ def unigram_loss(ids: Tensor, vocab_size: int | None = None) -> float:
     counts = torch.bincount(ids, minlength=vocab_size or 0).double()
     p = counts[counts > 0] / counts.sum()
     return float(-(p * p.log()).sum())
+
+
+def shakespeare_tokenizer() -> CharTokenizer:
+    """The Shakespeare corpus's character tokenizer, over its fixed alphabet
+    ``SHAKESPEARE_ALPHABET`` (84 ids, the same for both splits). Chapter 7."""
+    return CharTokenizer(SHAKESPEARE_ALPHABET)

@@ -267,3 +267,5 @@ from submissions.wrong_ch08 import WRONG as _ch08  # noqa: E402
 WRONG.update(_ch08)
 from submissions.wrong_ch10 import WRONG as _ch10  # noqa: E402
 WRONG.update(_ch10)
+from submissions.wrong_ch11 import WRONG as _ch11  # noqa: E402
+WRONG.update(_ch11)

@@ -27,3 +27,4 @@ from .ch07_causal import *  # noqa: F403
 from .ch08_moe import *  # noqa: F403
 from .ch09_counting import *  # noqa: F403
 from .ch10_beyond_words import *  # noqa: F403
+from .ch11_tokens import *  # noqa: F403

@@ -1,0 +1,151 @@
+"""Known-wrong solutions of Exercises 11 (format of ``wrong.py``): the solution bodies substituted
+(by grade_id), the checks that must catch them (and only those), a phrase of the first message."""
+from __future__ import annotations
+
+_MERGE = {"check_merge_step"}
+_CHANGES = {"check_pair_changes"}
+_STREAM = {"check_stream_decode"}
+
+_MERGE_WORDS = """
+    merged_words = []
+    for word in words:
+        out, i = [], 0
+        while i < len(word):
+            if i + 1 < len(word) and (word[i], word[i + 1]) == best:
+                out.append(best[0] + best[1])
+                i += 2
+            else:
+                out.append(word[i])
+                i += 1
+        merged_words.append(out)
+    return best, merged_words
+"""
+
+_MERGED = """
+    merged, i = [], 0
+    while i < len(word):
+        if i + 1 < len(word) and (word[i], word[i + 1]) == pair:
+            merged.append(pair[0] + pair[1])
+            i += 2
+        else:
+            merged.append(word[i])
+            i += 1
+"""
+
+WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
+    "appendix_tokens": {
+        "merge step: ties to the smaller pair": ({"merge_step": """
+    pairs = Counter()
+    for word, count in zip(words, counts):
+        for pair in zip(word, word[1:]):
+            pairs[pair] += count
+    best = max(pairs, key=lambda p: (pairs[p], tuple(-ord(c) for c in p[0] + p[1])))
+""" + _MERGE_WORDS}, _MERGE, "take the greater one"),
+        "merge step: the first pair found among the tied (Counter.most_common)": ({"merge_step": """
+    pairs = Counter()
+    for word, count in zip(words, counts):
+        for pair in zip(word, word[1:]):
+            pairs[pair] += count
+    best = pairs.most_common(1)[0][0]
+""" + _MERGE_WORDS}, _MERGE, "a hidden test (other inputs) fails"),
+        "merge step: counts ignored": ({"merge_step": """
+    pairs = Counter()
+    for word in words:
+        for pair in zip(word, word[1:]):
+            pairs[pair] += 1
+    best = max(pairs, key=lambda p: (pairs[p], p))
+""" + _MERGE_WORDS}, _MERGE, "weight them by its count"),
+        "merge step: pairs counted across words": ({"merge_step": """
+    text = [s for word, count in zip(words, counts) for _ in range(count) for s in word]
+    pairs = Counter(zip(text, text[1:]))
+    best = max(pairs, key=lambda p: (pairs[p], p))
+""" + _MERGE_WORDS}, _MERGE, "never across two words"),
+        "merge step: merged right to left": ({"merge_step": """
+    pairs = Counter()
+    for word, count in zip(words, counts):
+        for pair in zip(word, word[1:]):
+            pairs[pair] += count
+    best = max(pairs, key=lambda p: (pairs[p], p))
+    merged_words = []
+    for word in words:
+        out, i = [], len(word) - 1
+        while i >= 0:
+            if i > 0 and (word[i - 1], word[i]) == best:
+                out.insert(0, best[0] + best[1])
+                i -= 2
+            else:
+                out.insert(0, word[i])
+                i -= 1
+        merged_words.append(out)
+    return best, merged_words
+"""}, _MERGE, "a hidden test (other inputs) fails: merge the occurrences left to right"),
+        "merge step: the words not merged": ({"merge_step": """
+    pairs = Counter()
+    for word, count in zip(words, counts):
+        for pair in zip(word, word[1:]):
+            pairs[pair] += count
+    return max(pairs, key=lambda p: (pairs[p], p)), words
+"""}, _MERGE, "returned unmerged"),
+        "merge step: the course library": ({"merge_step": """
+    from transformer_lib.bpe import train_bpe
+    return train_bpe("".join(words[0]), 257)
+"""}, _MERGE, "the course library"),
+        "pair changes: the signs flipped": ({"pair_changes": _MERGED + """
+    changes = Counter(zip(word, word[1:]))
+    changes.subtract(Counter(zip(merged, merged[1:])))
+    return dict(changes)
+"""}, _CHANGES, "the signs are flipped"),
+        "pair changes: each occurrence on its own": ({"pair_changes": """
+    a, b = pair
+    changes, i = Counter(), 0
+    while i + 1 < len(word):
+        if (word[i], word[i + 1]) == pair:
+            changes[pair] -= 1
+            if i > 0:
+                changes[word[i - 1], a] -= 1
+                changes[word[i - 1], a + b] += 1
+            if i + 2 < len(word):
+                changes[b, word[i + 2]] -= 1
+                changes[a + b, word[i + 2]] += 1
+            i += 2
+        else:
+            i += 1
+    return dict(changes)
+"""}, _CHANGES, "side by side"),
+        "pair changes: the pair loses one per merge in a run": ({"pair_changes": _MERGED + """
+    changes = Counter(zip(merged, merged[1:]))
+    changes.subtract(Counter(zip(word, word[1:])))
+    changes[pair] = -merged.count(pair[0] + pair[1])
+    return dict(changes)
+"""}, _CHANGES, "a hidden test (other inputs) fails: the merged pair itself"),
+        "pair changes: the counts of the merged word, not the changes": ({"pair_changes": _MERGED + """
+    return dict(Counter(zip(merged, merged[1:])))
+"""}, _CHANGES, "the changes are not right"),
+        "pair changes: a list of pairs": ({"pair_changes": _MERGED + """
+    return list(zip(merged, merged[1:]))
+"""}, _CHANGES, "must return a dict"),
+        "stream decode: each token on its own": ({"stream_decode": """
+    return [bytes(token).decode("utf-8", errors="replace") for token in tokens]
+"""}, _STREAM, "decoded on its own"),
+        "stream decode: broken bytes dropped": ({"stream_decode": """
+    return [bytes(token).decode("utf-8", errors="ignore") for token in tokens]
+"""}, _STREAM, "bytes were dropped"),
+        "stream decode: everything at the end": ({"stream_decode": """
+    data = b"".join(bytes(token) for token in tokens)
+    return [""] * (len(tokens) - 1) + [data.decode("utf-8", errors="replace")]
+"""}, _STREAM, "shown too late or too early"),
+        "stream decode: the unfinished end dropped": ({"stream_decode": """
+    shown, pending = [], b""
+    for token in tokens:
+        pending += bytes(token)
+        for cut in range(len(pending), -1, -1):
+            try:
+                shown.append(pending[:cut].decode("utf-8"))
+                break
+            except UnicodeDecodeError:
+                continue
+        pending = pending[cut:]
+    return shown
+"""}, _STREAM, "a hidden test (other inputs) fails: after the last token"),
+    },
+}

