@@ -435,7 +435,7 @@ BROKEN = {
               ("def my_slopes(H)", [])],
         "torch.testing.assert_close(alibi_slopes(H, torch.float64), bloom[:, 0, 1]"),
     "6 extrapolation: the limit left out of the learned model's error": (
-        CH6, [("lib:transformer_lib.model:GPT.forward", [('f"idx: expected at most n_ctx={c.n_ctx} tokens, got {where}"',
+        CH6, [("lib:transformer_lib.model:GPT._inputs", [('f"idx: expected at most n_ctx={c.n_ctx} tokens, got {where}"',
                                                          'f"idx: too many tokens, got {where}"')]),
               ("def train_scheme", [])],
         'assert s == "learned" and f > 1 and "n_ctx=16" in str(err)'),
