@@ -26,6 +26,8 @@ from transformer_lib.model import GPT
 from transformer_lib.patching import (Patch, activation_names, patch_each_head, recovered_fraction,
                                       run_with_cache, run_with_patch)
 
+torch.set_num_threads(1)  # small models: one thread is faster than two competing ones
+
 TOL = dict(atol=1e-5, rtol=0)
 V, N, D, H, L = 50, 12, 32, 4, 2
 DK = D // H
@@ -266,7 +268,8 @@ def test_patch_each_head_equals_hugging_face_hooks(gpt2, monkeypatch):
     _, hf_clean = hooked_run(hf, gpt2_sites(hf), lambda: hf(clean).logits, monkeypatch=monkeypatch)
     with torch.no_grad():
         _, cache = run_with_cache(ours, clean)
-        got = patch_each_head(ours, corrupt, cache, lambda logits: logits[0, -1, 7], positions=[10, 11])
+        got = patch_each_head(ours, corrupt, cache, lambda logits, _: logits[0, -1, 7],
+                              positions=[10, 11])
     expected = torch.empty(L, H, dtype=torch.float64)
     for l in range(L):
         for h in range(H):
@@ -276,6 +279,17 @@ def test_patch_each_head_equals_hugging_face_hooks(gpt2, monkeypatch):
             expected[l, h] = float(logits[0, -1, 7])
     torch.testing.assert_close(got, expected, **TOL)
     assert got.std() > 1e-3                                  # the heads differ
+    with torch.no_grad():                                    # a metric of the patched run's cache
+        z_norm = patch_each_head(ours, corrupt, cache, lambda _, c: c["blocks.1.attn.hook_z"].norm(),
+                                 layers=[1])
+    assert z_norm.shape == (1, H)
+    for h in range(H):
+        patched = cache["blocks.1.attn.hook_z"].clone()
+        with torch.no_grad():
+            _, own = run_with_cache(ours, corrupt)
+        expected = own["blocks.1.attn.hook_z"].clone()
+        expected[:, :, h] = patched[:, :, h]
+        assert z_norm[0, h] == pytest.approx(float(expected.norm()), abs=1e-5)
 
 
 def test_direct_logit_attribution_sums_to_hugging_face_logits(gpt2, monkeypatch):

@@ -2,7 +2,7 @@
 
     run_with_cache(model, idx)              -> output, {name: activation}
     run_with_patch(model, idx, patches)     -> the output of a run with named activations replaced
-    patch_each_head(model, idx, source, metric) -> metric of one run per head patched, (L, h)
+    patch_each_head(model, idx, source, metric) -> a metric of one run per head patched, (L, h)
 
 (`transformer_lib.attribution` splits the logits into what each component writes.)
 
@@ -223,23 +223,24 @@ def run_with_patch(model: nn.Module, idx: Tensor, patches: dict, *,
 
 
 def patch_each_head(model: nn.Module, idx: Tensor, source: dict[str, Tensor],
-                    metric: Callable[[Tensor], float], positions: object = None,
-                    **inputs: Tensor | None) -> Tensor:
+                    metric: Callable[[Tensor, dict[str, Tensor]], float], positions: object = None,
+                    layers: Sequence[int] | None = None, **inputs: Tensor | None) -> Tensor:
     """One run per head: head h of layer l takes its output ``hook_z`` (at ``positions``,
-    default all) from ``source`` (the cache of another run), every other activation is the
-    run's own; returns ``metric(output)`` of each run, ``(L, h)``. ``inputs`` are
-    ``attention_mask`` and ``token_type_ids`` for a BertEncoder. Chapters 5 and 7."""
+    default all) from ``source`` (the cache of another run), everything else is the run's
+    own; returns ``metric(output, cache)`` of each run, ``(len(layers), h)`` (default all
+    L layers). ``inputs`` are ``attention_mask`` and ``token_type_ids`` for a BertEncoder.
+    Chapters 5 and 7."""
     _check_model(model)
-    n_layers, n_heads = len(model.blocks), model.blocks[0].attn.n_heads
-    out = torch.empty(n_layers, n_heads, dtype=torch.float64)
-    for l in range(n_layers):
+    layers = range(len(model.blocks)) if layers is None else layers
+    out = torch.empty(len(layers), model.blocks[0].attn.n_heads, dtype=torch.float64)
+    for row, l in enumerate(layers):
         name = f"blocks.{l}.attn.hook_z"
         if name not in source:
             raise ValueError(f"source: expected a cache with {name!r} (from run_with_cache), "
                              f"got keys {sorted(source)[:3]}")
-        for h in range(n_heads):
+        for h in range(out.shape[1]):
             patch = {name: Patch(source[name], positions=positions, heads=h)}
-            out[l, h] = float(metric(run_with_patch(model, idx, patch, **inputs)))
+            out[row, h] = float(metric(*run_with_cache(model, idx, patch, **inputs)))
     return out
 
 
