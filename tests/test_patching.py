@@ -160,13 +160,18 @@ def hooked_run(hf, sites: dict, run, patches: dict | None = None, monkeypatch=No
             handle.remove()
 
 
-# --------------------------------------------------------------------------- GPT-2
-def test_gpt_cache_equals_hugging_face_hooks(gpt2, monkeypatch):
-    hf, ours = gpt2
-    idx = _ids(1)
+def _both(hf, ours, idx, monkeypatch):
+    """Hugging Face's logits and hooked activations, and our output and cache, on ``idx``."""
     logits, seen = hooked_run(hf, gpt2_sites(hf), lambda: hf(idx).logits, monkeypatch=monkeypatch)
     with torch.no_grad():
         out, cache = run_with_cache(ours, idx)
+    return logits, seen, out, cache
+
+
+# --------------------------------------------------------------------------- GPT-2
+def test_gpt_cache_equals_hugging_face_hooks(gpt2, monkeypatch):
+    hf, ours = gpt2
+    logits, seen, out, cache = _both(hf, ours, _ids(1), monkeypatch)
     torch.testing.assert_close(out, logits, **TOL)
     assert set(cache) == set(activation_names(ours)) == set(seen) | {f"blocks.{l}.attn.hook_result"
                                                                       for l in range(L)}
@@ -282,23 +287,19 @@ def test_patch_each_head_equals_hugging_face_hooks(gpt2, monkeypatch):
     with torch.no_grad():                                    # a metric of the patched run's cache
         z_norm = patch_each_head(ours, corrupt, cache, lambda _, c: c["blocks.1.attn.hook_z"].norm(),
                                  layers=[1])
+        _, own = run_with_cache(ours, corrupt)
     assert z_norm.shape == (1, H)
-    for h in range(H):
-        patched = cache["blocks.1.attn.hook_z"].clone()
-        with torch.no_grad():
-            _, own = run_with_cache(ours, corrupt)
+    for h in range(H):          # layer 1's outputs in the corrupted run, head h's from the clean one
         expected = own["blocks.1.attn.hook_z"].clone()
-        expected[:, :, h] = patched[:, :, h]
+        expected[:, :, h] = cache["blocks.1.attn.hook_z"][:, :, h]
         assert z_norm[0, h] == pytest.approx(float(expected.norm()), abs=1e-5)
 
 
 def test_direct_logit_attribution_sums_to_hugging_face_logits(gpt2, monkeypatch):
     hf, ours = gpt2
-    idx = _ids(7)
-    logits, seen = hooked_run(hf, gpt2_sites(hf), lambda: hf(idx).logits, monkeypatch=monkeypatch)
+    logits, seen, _, cache = _both(hf, ours, _ids(7), monkeypatch)
+    tokens = _ids(8, shape=(2, N))                           # any tokens, not only the argmax
     with torch.no_grad():
-        _, cache = run_with_cache(ours, idx)
-        tokens = _ids(8, shape=(2, N))                       # any tokens, not only the argmax
         att = direct_logit_attribution(cache, ours, tokens)
     expected = logits.gather(-1, tokens[..., None])[..., 0]
     torch.testing.assert_close(att.values.sum(0), expected, **TOL)
