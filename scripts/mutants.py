@@ -138,8 +138,8 @@ MUTANTS: list[Mutant] = [
     M("embedding", "return self.weight.to(x.dtype) @ x", "return self.weight.to(x.dtype).T @ x",
       "FixedMixing uses the transpose"),
     # ---------------------------------------------------------------- model
-    M("model", "x = self.emb_norm(x)", "pass", "embedding norm built but never applied"),
-    M("model", "else self.pos_enc[positions])", "else 0)", "sinusoidal positions never added"),
+    M("model", "return self.emb_norm(x)", "return x", "embedding norm built but never applied"),
+    M("model", "x = x + self.pos_enc[positions]", "x = x + 0", "sinusoidal positions never added"),
     M("model", "rope_base=c.rope_base, alibi=c.positional == \"alibi\",", "rope_base=c.rope_base, alibi=False,",
       "positional='alibi' silently ignored"),
     M("model", "n_kv_heads=c.n_kv_heads, rope=c.positional == \"rope\",", "n_kv_heads=c.n_kv_heads, rope=False,",

@@ -42,7 +42,7 @@ CH7, CH8, CH9 = "07_causal_masking", "08_mixture_of_experts", "09_parameter_and_
 APP, TOK = "appendix_beyond_words", "appendix_tokens"
 
 # For each chapter: the last cell the cases need, and cells not run (training no case needs).
-LAST = {CH3: "cfg = BertConfig()", CH4: "mask = y_test != -100", CH5: "head_choices = [1, 2, 4]",
+LAST = {CH3: "cfg = BertConfig()", CH4: "share = dla.values[:, mask]", CH5: 'swaps = [("declining", "rising")',
         CH6: "alibi_drop = mean_acc", CH7: "published = {3:", CH8: "factors = [0.5",
         CH9: "def minimal(q, k, v)", APP: "n_err, w_err = 512, 32", TOK: "def wordpiece_by_hand"}
 SKIP = {CH4: (), CH6: (), CH7: ("steps=300, lr=6e-3", 'glue("val_loss"'), CH3: (), CH5: (), CH8: (), CH9: (),
@@ -275,6 +275,42 @@ BROKEN = {
         CH4, [("mask = y_test != -100", [("mask = y_test != -100", "mask = torch.ones_like(y_test, dtype=torch.bool)")])],
         "assert (mask.sum(1) == n_sort).all()"),
 
+    "4 attribution: the final norm's scale recomputed for each component": (
+        CH4, [("def attribution_by_sublayer", [("/ sigma * model.norm_f.weight",
+                                                "/ c.std(-1, unbiased=False, keepdim=True) * model.norm_f.weight")])],
+        "torch.testing.assert_close(by_sublayer.sum(0), logit_predicted"),
+    "4 attribution: the final norm's bias left out": (
+        CH4, [("def attribution_by_sublayer", [("+ [(model.norm_f.bias * w_u).sum(-1)]", "")])],
+        "torch.testing.assert_close(by_sublayer.sum(0), logit_predicted"),
+    "4 attribution: each head's write taken from the wrong rows of W_O": (
+        CH4, [("lib:transformer_lib.patching:_attention", [("attn.out_proj.weight.T.reshape(", "attn.out_proj.weight.reshape(")]),
+              ("from transformer_lib.attribution import direct_logit_attribution", [])],
+        "torch.testing.assert_close(per_sublayer, by_sublayer"),
+    "4 attribution: the components not centred by the final norm": (
+        CH4, [("lib:transformer_lib.attribution:_frozen_norm", [("c = c - c.mean(dim=-1, keepdim=True) if centre else c", "c = c")]),
+              ("from transformer_lib.attribution import direct_logit_attribution", [])],
+        "torch.testing.assert_close(per_sublayer, by_sublayer"),
+    "4 attribution: the cached run adds the MLP's write to the block's input": (
+        CH4, [("lib:transformer_lib.patching:_block", [("return hooks(at + \"hook_resid_post\", skip(mid) + m)",
+                                                        "return hooks(at + \"hook_resid_post\", skip(x) + m)")]),
+              ("from transformer_lib.attribution import direct_logit_attribution", [])],
+        "assert torch.equal(logits_cached, logits64)"),
+    "4 attribution: the MLPs' shares filed under the attention bias": (
+        CH4, [("lib:transformer_lib.attribution:direct_logit_attribution", [("labels.append(f\"L{l} b_O\")", "labels.append(f\"L{l} swap\")"),
+                                                                           ("labels.append(f\"L{l} MLP\")", "labels.append(f\"L{l} b_O\")"),
+                                                                           ("labels.append(f\"L{l} swap\")", "labels.append(f\"L{l} MLP\")")]),
+              ("from transformer_lib.attribution import direct_logit_attribution",
+               [("torch.testing.assert_close(per_sublayer, by_sublayer, atol=1e-10, rtol=0)", "pass")]),
+              ("share = dla.values[:, mask]", [])],
+        "assert mlp_frac > 0.6"),
+    "4 heads removed: run_with_patch ignores its patches": (
+        CH4, [("lib:transformer_lib.patching:_Hooks.__call__", [("act = _apply(name, self.patches[name], act)", "pass")]),
+              ("share = dla.values[:, mask]", [])],
+        "assert worst.startswith(\"L0H\") and drop[worst] > 0.1"),
+    "4 heads removed: the head of the next block zeroed": (
+        CH4, [("share = dla.values[:, mask]", [('{f"blocks.{l}.attn.hook_z": remove}', '{f"blocks.{(l + 1) % n_blocks}.attn.hook_z": remove}')])],
+        "assert worst.startswith(\"L0H\") and drop[worst] > 0.1"),
+
     # --- Chapter 5: multi-head attention
     "5 split: reshaped without the transpose": (
         CH5, [("def split(x, h)", [("x.reshape(*lead, n, h, d // h).transpose(-3, -2)",
@@ -367,6 +403,34 @@ BROKEN = {
               ("cls_layer, cls_head = divmod", [])],
         "assert float(cls.max()) > 0.8"),
 
+    "5 patching: the hook swaps in the previous position": (
+        CH5, [('sentence = "The board approved', [("z[:, i_tok, cols] = clean_z[:, i_tok, cols]",
+                                                    "z[:, i_tok - 1, cols] = clean_z[:, i_tok - 1, cols]")]),
+              ("from transformer_lib.patching import", [])],
+        "torch.testing.assert_close(patched_cache[h_name][0, i_tok], h_patched"),
+    "5 patching: the library patches the wrong head": (
+        CH5, [("lib:transformer_lib.patching:_splice", [('"heads", patch.heads,', '"heads", (patch.heads + 1) % act.shape[head_axis],')]),
+              ("from transformer_lib.patching import", [])],
+        "torch.testing.assert_close(patched_cache[h_name][0, i_tok], h_patched"),
+    "5 patching: the recovered fraction measured from the clean end": (
+        CH5, [("lib:transformer_lib.patching:recovered_fraction", [("return (patched - corrupted) / (clean - corrupted)",
+                                                                    "return (patched - clean) / (clean - corrupted)")]),
+              ("from transformer_lib.patching import", [])],
+        "assert abs(r_lib - r_hook) < 1e-4"),
+    "5 controls: the library patches the wrong head": (
+        CH5, [("lib:transformer_lib.patching:_splice", [('"heads", patch.heads,', '"heads", (patch.heads + 1) % act.shape[head_axis],')]),
+              ('swaps = [("declining", "rising")', [])],
+        "assert prev_r.min() > 0.15"),
+    "5 controls: the previous-token head's values zeroed in the model": (
+        CH5, [('sentence = "The board approved', [("w_o = minilm.blocks[prev_layer].attn.out_proj",
+                                                    "import copy\nminilm = copy.deepcopy(minilm)\n"
+                                                    "v_proj = minilm.blocks[prev_layer].attn.v_proj\n"
+                                                    "v_proj.weight.data[prev_head * d_k:(prev_head + 1) * d_k] = 0\n"
+                                                    "v_proj.bias.data[prev_head * d_k:(prev_head + 1) * d_k] = 0\n"
+                                                    "w_o = minilm.blocks[prev_layer].attn.out_proj")]),
+              ('swaps = [("declining", "rising")', [])],
+        "assert prev_r.min() > 0.15"),
+
     # --- Chapter 6: positional information
     "6 symmetry: the layer causal although asked not to be": (
         CH6, [("lib:transformer_lib.multihead:MultiHeadAttention._mask_and_bias", [("if self.causal:", "if True:")]),
@@ -435,7 +499,7 @@ BROKEN = {
               ("def my_slopes(H)", [])],
         "torch.testing.assert_close(alibi_slopes(H, torch.float64), bloom[:, 0, 1]"),
     "6 extrapolation: the limit left out of the learned model's error": (
-        CH6, [("lib:transformer_lib.model:GPT.forward", [('f"idx: expected at most n_ctx={c.n_ctx} tokens, got {where}"',
+        CH6, [("lib:transformer_lib.model:GPT._inputs", [('f"idx: expected at most n_ctx={c.n_ctx} tokens, got {where}"',
                                                          'f"idx: too many tokens, got {where}"')]),
               ("def train_scheme", [])],
         'assert s == "learned" and f > 1 and "n_ctx=16" in str(err)'),

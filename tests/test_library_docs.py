@@ -27,6 +27,7 @@ from torch import nn
 from repo_paths import REPO
 
 MODULES = ["embedding", "attention", "multihead", "block", "stream", "positional", "moe", "bert",
+           "patching", "attribution",
            "model", "loading", "counting", "config", "viz", "data", "train", "tiled", "memory",
            "efficient", "vision", "corpus", "bpe", "tokenizer", "wordpiece"]
 MAX_LINES = 300

@@ -11,7 +11,10 @@
   L = 6 to L = 24 in pre-norm, about like 1/√L, and not in post-norm, and pre-norm's fall from the
   bottom block to the top one; without the embedding norm post-norm's block 1 stands out;
 - the trained sorter: its stream grows, and the logit lens shows the answer forming over several
-  sub-layers, well above the most-common-digit baseline.
+  sub-layers, well above the most-common-digit baseline; direct logit attribution gives the MLPs
+  more than 60% of the predicted digit's logit (measured 72–85%) and no head more than 15%
+  (measured at most 11%), and the head whose removal costs most accuracy is in block 1, costing
+  more than 0.1 (measured 0.14–0.42).
 """
 from __future__ import annotations
 
@@ -25,7 +28,9 @@ from torch import nn
 
 from transformer_lib.config import ModelConfig
 from transformer_lib.data import sort_task, task_batches
+from transformer_lib.attribution import direct_logit_attribution
 from transformer_lib.model import GPT
+from transformer_lib.patching import run_with_cache, run_with_patch
 from transformer_lib.stream import (block_gradient_norms, input_gradient_norm, logit_lens,
                                     residual_jacobian_norms)
 from transformer_lib.train import train
@@ -166,3 +171,26 @@ def test_the_sorter_stream_grows_and_the_answer_forms_over_several_sublayers(see
     assert norms[-1] > 2 * norms[0], norms
     assert lens[-1] > baseline + 0.2, (lens, baseline)
     assert lens[-1] > lens[0] + 0.3 and lens[2] < lens[-1] - 0.1, lens
+
+    # direct logit attribution of the predicted digit, and the cost of removing each head
+    with torch.no_grad():
+        logits, cache = run_with_cache(sorter, x_test)
+        dla = direct_logit_attribution(cache, sorter, logits.argmax(-1))
+    share = dla.values[:, mask].mean(1)
+    mlp = sum(share[k] for k, label in enumerate(dla.labels) if "MLP" in label) / share.sum()
+    heads = {label: share[k] / share.sum() for k, label in enumerate(dla.labels)
+             if label[0] == "L" and "H" in label}
+    assert mlp > 0.6 and max(heads.values()) < 0.15, (mlp, heads)
+
+    def accuracy(out):
+        return (out.argmax(-1)[mask] == y_test[mask]).double().mean().item()
+
+    drop = {}
+    for name in heads:
+        l, h = map(int, name[1:].split("H"))
+        with torch.no_grad():
+            out = run_with_patch(sorter, x_test, {f"blocks.{l}.attn.hook_z":
+                                                  lambda z, h=h: z * (torch.arange(z.shape[2]) != h)[:, None]})
+        drop[name] = accuracy(logits) - accuracy(out)
+    worst = max(drop, key=drop.get)
+    assert worst.startswith("L0H") and drop[worst] > 0.1, drop

@@ -29,7 +29,7 @@ from transformer_lib.positional import LearnedPositionalEmbedding
 from transformer_lib.wordpiece import WordPiece
 
 __all__ = ["BertOutput", "BertEncoder", "check_bert_config", "bert_config", "bert_tensors", "bert_key",
-           "mean_pool", "minilm_dir", "load_minilm", "tokenize"]
+           "mean_pool", "key_mask", "minilm_dir", "load_minilm", "tokenize"]
 
 ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                "relu": "relu"}  # Hugging Face's hidden_act -> our mlp
@@ -120,6 +120,18 @@ def _post_norm(block: TransformerBlock, x: Tensor, mask: Tensor | None) -> tuple
     return block.norm2(x1 + block.mlp(x1)), weights
 
 
+def key_mask(attention_mask: Tensor | None, ids: Tensor) -> Tensor | None:
+    """Hugging Face's attention mask ``(b, n)`` (1 token, 0 padding) as the attention's
+    boolean mask over keys ``(b, 1, 1, n)``; None stays None. Chapters 1 and 5."""
+    if attention_mask is None:
+        return None
+    require_tensor("attention_mask", attention_mask)
+    if tuple(attention_mask.shape) != tuple(ids.shape):
+        raise ValueError(f"attention_mask: expected shape {tuple(ids.shape)} (as ids), "
+                         f"got {tuple(attention_mask.shape)}")
+    return attention_mask.bool()[:, None, None, :]                       # (b, 1, 1, n)
+
+
 class BertEncoder(nn.Module):
     """BERT-style encoder: ``(batch, n)`` token ids -> `BertOutput` with ``last (b, n, d)``.
 
@@ -176,13 +188,7 @@ class BertEncoder(nn.Module):
         """
         require_bool("return_attention", return_attention)
         x = self.embed(ids, token_type_ids)
-        mask = None
-        if attention_mask is not None:
-            require_tensor("attention_mask", attention_mask)
-            if tuple(attention_mask.shape) != tuple(ids.shape):
-                raise ValueError(f"attention_mask: expected shape {tuple(ids.shape)} (as ids), "
-                                 f"got {tuple(attention_mask.shape)}")
-            mask = attention_mask.bool()[:, None, None, :]                 # (b, 1, 1, n)
+        mask = key_mask(attention_mask, ids)
         hidden, attentions = [x], []
         for block in self.blocks:
             x, w = _post_norm(block, x, mask)

@@ -126,6 +126,34 @@ class GPT(nn.Module):
         k = cache[0].get("k")
         return 0 if k is None else k.shape[-2]
 
+    def _inputs(self, idx: object, cache: Cache | None,
+                positions: Tensor | None) -> tuple[Tensor, bool, Tensor]:
+        """Validate ids, cache and positions: ``-> (idx (b, n), unbatched, positions (b, n))``,
+        positions by default ``t, …, t + n − 1`` after t cached tokens. Chapter 7."""
+        idx, unbatched = self._check_idx(idx)
+        c, n = self.config, idx.shape[1]
+        t = self._cache_len(cache)
+        if t + n > c.n_ctx:
+            where = f"n={n}" if t == 0 else f"{t} cached + {n} new = {t + n}"
+            raise ValueError(f"idx: expected at most n_ctx={c.n_ctx} tokens, got {where}")
+        if positions is None:
+            positions = torch.arange(t, t + n, device=idx.device).expand(idx.shape[0], n)
+        positions = require_positions("positions", positions, idx.shape[0], n)    # (b, n)
+        if c.positional in ("learned", "sinusoidal"):
+            require_ids("positions", positions, c.n_ctx, "n_ctx")
+        return idx, unbatched, positions
+
+    def embed(self, idx: Tensor, positions: Tensor) -> Tensor:
+        """The stream's first state: token embeddings plus learned or sinusoidal position
+        vectors (none for RoPE, ALiBi and 'none'), then the embedding norm if any:
+        ids ``(b, n)`` at positions ``(b, n)`` -> ``(b, n, d)``. Chapters 4 and 7."""
+        x = self.tok_emb(idx)                                        # (b, n, d)
+        if self.config.positional == "learned":
+            x = x + self.pos_emb(positions)
+        elif self.config.positional == "sinusoidal":
+            x = x + self.pos_enc[positions]
+        return self.emb_norm(x)
+
     def forward(self, idx: Tensor, cache: Cache | None = None,
                 positions: Tensor | None = None,
                 return_stream: bool = False) -> Tensor | tuple[Tensor, Stream]:
@@ -138,20 +166,8 @@ class GPT(nn.Module):
         learned and sinusoidal positions, any `>= 0` for RoPE and ALiBi.
         `return_stream=True` returns `(logits, Stream(states, writes))`. Chapters 4 and 7.
         """
-        idx, unbatched = self._check_idx(idx)
-        c, n = self.config, idx.shape[1]
-        t = self._cache_len(cache)
-        if t + n > c.n_ctx:
-            where = f"n={n}" if t == 0 else f"{t} cached + {n} new = {t + n}"
-            raise ValueError(f"idx: expected at most n_ctx={c.n_ctx} tokens, got {where}")
-        if positions is None:
-            positions = torch.arange(t, t + n, device=idx.device).expand(idx.shape[0], n)
-        positions = require_positions("positions", positions, idx.shape[0], n)    # (b, n)
-        x = self.tok_emb(idx)                                        # (b, n, d)
-        if c.positional in ("learned", "sinusoidal"):
-            require_ids("positions", positions, c.n_ctx, "n_ctx")
-            x = x + (self.pos_emb(positions) if c.positional == "learned" else self.pos_enc[positions])
-        x = self.emb_norm(x)
+        idx, unbatched, positions = self._inputs(idx, cache, positions)
+        x = self.embed(idx, positions)
         stream = Stream([x], []) if require_bool("return_stream", return_stream) else None
         for i, block in enumerate(self.blocks):
             x = through_block(block, x, None if cache is None else cache[i], stream, positions)

@@ -151,11 +151,35 @@ class MultiHeadAttention(nn.Module):
 
         Chapter 5.
         """
+        q, k, v, mask, bias = self.project(x, context, mask, cache, positions)
+        unbatched = x.ndim == 2
+        out, weights = scaled_dot_product_attention(q, k, v, mask=mask, bias=bias)
+        out = self.out_proj(merge_heads(out))  # (b, n, d)
+        if unbatched:
+            out, weights = out.squeeze(0), weights.squeeze(0)
+        return (out, weights) if return_weights else out
+
+    def project(
+        self,
+        x: Tensor,
+        context: Tensor | None = None,
+        mask: Tensor | None = None,
+        cache: dict | None = None,
+        positions: Tensor | None = None,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor | None]:
+        """Everything ``forward`` does before the attention itself: the arguments as in
+        ``forward`` -> ``(q, k, v, mask, bias)``, ready for ``scaled_dot_product_attention``.
+
+        q ``(b, h, n, d_k)``; k, v ``(b, h, m, d_k)`` with the cache prepended and each
+        key/value head repeated for its group of query heads; the boolean mask (the causal
+        mask included) and the ALiBi bias, each broadcastable to ``(b, h, n, m)`` or None.
+        Unbatched input gives b = 1. ``transformer_lib.patching`` calls it to reach each
+        head's weights and output. Chapters 4 and 5.
+        """
         self._check_input("x", x)
         if context is not None:
             self._check_context(x, context, cache, positions)
-        unbatched = x.ndim == 2
-        if unbatched:
+        if x.ndim == 2:
             x = x.unsqueeze(0)
             context = None if context is None else context.unsqueeze(0)
         src = x if context is None else context
@@ -171,11 +195,7 @@ class MultiHeadAttention(nn.Module):
         group = self.n_heads // self.n_kv_heads
         if group > 1:  # every query head in a group reads the same key/value head
             k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
-        out, weights = scaled_dot_product_attention(q, k, v, mask=mask, bias=bias)
-        out = self.out_proj(merge_heads(out))  # (b, n, d)
-        if unbatched:
-            out, weights = out.squeeze(0), weights.squeeze(0)
-        return (out, weights) if return_weights else out
+        return q, k, v, mask, bias
 
     def _mask_and_bias(
         self, mask: Tensor | None, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor
