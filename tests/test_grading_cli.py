@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 from repo_paths import REPO
-from submissions.adversarial import SOURCE, build, sigterm, time_limits
+from submissions.adversarial import FULL, SOURCE, build, sigterm, time_limits
 from transformer_lib.grading.notebook import check_cells, grade_id, read
 
 GRADE_IDS = [grade_id(c) for _, c in check_cells(read(SOURCE))]
@@ -86,7 +86,7 @@ def test_grades_csv_has_one_row_per_submission_and_one_column_per_check(graded):
     expected, rows, _, _, _ = graded
     assert set(rows) == set(expected)
     assert list(next(iter(rows.values()))) == ["submission", *GRADE_IDS, "total", "max", "notes"]
-    assert all(row["max"] == "12" for row in rows.values())
+    assert all(row["max"] == str(FULL) for row in rows.values())
 
 
 @pytest.mark.parametrize("name", ["correct", "blank", "kernel_dies", "print_million_lines", "warnings",
@@ -157,7 +157,7 @@ def test_feedback_shows_check_messages_but_never_hidden_tests(graded):
     assert "a hidden test (other inputs) fails: score_std(#) is not right" in hard
     assert "expected" not in hard.split("check_score_std")[1] and "got" not in hard.split("check_score_std")[1]
     blank = (out / "blank" / "feedback.md").read_text(encoding="utf-8")
-    assert "not implemented yet" in blank and "Score: 0 / 12" in blank
+    assert "not implemented yet" in blank and f"Score: 0 / {FULL}" in blank
 
 
 def test_the_class_report_counts_every_submission_and_lists_the_refused_code(graded):
@@ -198,7 +198,7 @@ def test_sigterm_writes_partial_reports(tmp_path):
     assert result.returncode == 130, result.stderr[-3000:]
     assert "partial reports written" in result.stderr and "1 of 2 submissions graded" in result.stderr
     rows = _rows(out)
-    assert (rows["a_correct"]["total"], rows["a_correct"]["notes"]) == ("12", "")
+    assert (rows["a_correct"]["total"], rows["a_correct"]["notes"]) == (str(FULL), "")
     assert rows["b_sigterm"]["total"] == "0" and "interrupted" in rows["b_sigterm"]["notes"]
     assert "interrupted" in (out / "b_sigterm" / "feedback.md").read_text(encoding="utf-8")
 

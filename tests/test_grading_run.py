@@ -15,6 +15,7 @@ import psutil
 import pytest
 
 from repo_paths import REPO
+from submissions.adversarial import FULL
 from submissions.helpers import as_handed_in, records_of
 from transformer_lib.grading import grade as grade_module
 from transformer_lib.grading._harness import RECORD_ENV, SEED_ENV, TOKEN_ENV
@@ -147,7 +148,7 @@ def test_the_instructor_notebook_runs_first_alone_with_its_own_limits(two_submis
     monkeypatch.setattr(grade_module, "run_notebook",
                         lambda nb, cell, limit, **kw: calls.append((cell, limit)) or _passing_run(nb))
     results = grade(SOURCE, two_submissions, tmp_path / "out", jobs=2, cell_timeout=5, timeout=10, progress=False)
-    assert calls == [(120.0, 900.0), (5, 10), (5, 10)] and [r.total for r in results] == [12, 12]
+    assert calls == [(120.0, 900.0), (5, 10), (5, 10)] and [r.total for r in results] == [FULL, FULL]
 
 
 def test_an_interrupt_writes_partial_reports(two_submissions, tmp_path, monkeypatch):
@@ -163,7 +164,7 @@ def test_an_interrupt_writes_partial_reports(two_submissions, tmp_path, monkeypa
     with pytest.raises(GradingInterrupted) as info:
         grade(SOURCE, two_submissions, tmp_path / "out", jobs=1, progress=False)
     a, b = info.value.results
-    assert (a.total, a.notes, b.total, info.value.graded) == (12, [], 0, 1)
+    assert (a.total, a.notes, b.total, info.value.graded) == (FULL, [], 0, 1)
     assert "interrupted" in b.notes[0] and "interrupted" in (tmp_path / "out" / "grades.csv").read_text()
 
 
@@ -179,7 +180,7 @@ def test_a_failure_while_judging_one_submission_gives_it_a_note_and_0(two_submis
     monkeypatch.setattr(grade_module, "run_notebook", _passing_run)
     monkeypatch.setattr(grade_module, "judge_run", judge_run)
     a, b = grade(SOURCE, two_submissions, tmp_path / "out", progress=False)
-    assert (a.total, b.total) == (0, 12) and "could not judge this submission (KeyError" in a.notes[0]
+    assert (a.total, b.total) == (0, FULL) and "could not judge this submission (KeyError" in a.notes[0]
 
 
 def test_a_report_that_cannot_be_written_gives_a_note_and_0(tmp_path):

@@ -28,7 +28,7 @@ import pytest
 
 from repo_paths import REPO
 from submissions import sandbox_attacks as attacks
-from submissions.adversarial import SOURCE
+from submissions.adversarial import FULL, SOURCE
 from submissions.helpers import as_handed_in
 from transformer_lib.grading import sandbox, slots
 from transformer_lib.grading.notebook import dumps, read, release
@@ -135,7 +135,7 @@ def test_what_the_grader_allows_earns_its_points(sandboxed, name):
     returncode, _, stderr, out = sandboxed
     assert returncode == 0, stderr[-3000:]
     row = _rows(out)[name]
-    assert (row["total"], row["notes"]) == ("12", ""), row
+    assert (row["total"], row["notes"]) == (str(FULL), ""), row
 
 
 @needs_bwrap
@@ -146,7 +146,7 @@ def test_each_attack_fails_in_the_sandbox(sandboxed, name):
     returncode, _, stderr, out = sandboxed
     assert returncode == 0, stderr[-3000:]
     row = _rows(out)[name]
-    assert (row["total"], row["check_stable_softmax"], row["notes"]) == ("10", "0", ""), row
+    assert (row["total"], row["check_stable_softmax"], row["notes"]) == (str(FULL - 2), "0", ""), row
     message = _softmax_message(out, name)
     assert "the grader refuses" in message and message.endswith("(judged without regard to that: passed)"), message
 
@@ -184,14 +184,14 @@ def test_without_the_sandbox_the_same_attacks_succeed(unsandboxed, name):
     result, out, _, _ = unsandboxed
     assert result.returncode == 0, result.stderr[-3000:]
     row = _rows(out)[name]
-    assert row["total"] == "10" and row["check_stable_softmax"] == "0", row
+    assert row["total"] == str(FULL - 2) and row["check_stable_softmax"] == "0", row
     assert "(judged without regard to that: the check cell raised NameError" in _softmax_message(out, name)
 
 
 def test_without_the_sandbox_the_memory_limit_still_holds(unsandboxed):
     result, out, before, written = unsandboxed
     rows = _rows(out)
-    assert (rows["allocate_64_gb"]["total"], rows["correct"]["total"]) == ("12", "12"), rows
+    assert (rows["allocate_64_gb"]["total"], rows["correct"]["total"]) == (str(FULL), str(FULL)), rows
     assert before == [False, False] and written == [True, True]
 
 

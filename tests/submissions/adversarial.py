@@ -2,7 +2,7 @@
 
 ``build(folder, pid_file)`` writes them and returns ``{name: (expected score, phrase expected in the
 notes, or None for no notes)}``; ``time_limits`` and ``sigterm`` write those of the runs with
-their own limits. The maximum score is 12.
+their own limits. The maximum score is ``FULL``, the points of the notebook's check cells.
 """
 from __future__ import annotations
 
@@ -11,13 +11,14 @@ from pathlib import Path
 
 import nbformat
 
-from transformer_lib.grading.notebook import dumps, grade_id, read, release
+from transformer_lib.grading.notebook import check_cells, dumps, grade_id, read, release
 
 from .helpers import as_handed_in, substitute
 from .wrong import WRONG
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = REPO / "exercises" / "source" / "02_building_up_attention.ipynb"
+FULL = sum(cell.metadata["nbgrader"]["points"] for _, cell in check_cells(read(SOURCE)))
 
 # Submission A of the audit: the student's own answers are wrong, and a cell re-points every
 # check at the real one, called with correct answers computed here (so the records would be right).
@@ -157,16 +158,16 @@ def build(folder: Path, pid_file: Path) -> dict[str, tuple[float, str | None]]:
     correct = as_handed_in(source)
     wrong = as_handed_in(substitute(source, WRONG_BUT_DEFINED))
     subs: dict[str, tuple[object, float, str | None]] = {
-        "correct": (correct, 12, None),
+        "correct": (correct, FULL, None),
         "blank": (release(source), 0, None),
         "kernel_dies": (_prepend_to(correct, "attention", "import os\nos._exit(1)"), 6, "kernel died"),
         "print_million_lines": (_prepend_to(correct, "stable_softmax",
-                                            'print("\\n".join(str(i) for i in range(10**6)))'), 12, "was cut"),
+                                            'print("\\n".join(str(i) for i in range(10**6)))'), FULL, "was cut"),
         "warnings": (_prepend_to(correct, "attention",
-                                 "import warnings\nwarnings.warn('a harmless warning')"), 12, None),
+                                 "import warnings\nwarnings.warn('a harmless warning')"), FULL, None),
         "hard_coded": (as_handed_in(substitute(source, WRONG["02_building_up_attention"][
-            "score std hard-coded to the visible answer"][0])), 11, None),
-        "exfiltrate_hidden_tests": (as_handed_in(substitute(source, EXFILTRATE)), 7, None),
+            "score std hard-coded to the visible answer"][0])), FULL - 1, None),
+        "exfiltrate_hidden_tests": (as_handed_in(substitute(source, EXFILTRATE)), FULL - 5, None),
         "monkeypatch_checks": (_insert_after(wrong, "setup", PATCH_ATTRIBUTES), 0, None),
         "monkeypatch_sys_modules": (_insert_after(wrong, "setup", PATCH_SYS_MODULES), 0, None),
         # Both need os, open or subprocess, which the grader refuses: before the first exercise, that costs
@@ -179,11 +180,11 @@ def build(folder: Path, pid_file: Path) -> dict[str, tuple[float, str | None]]:
     for cell in naive.cells:
         if grade_id(cell) == "check_stable_softmax":
             cell.source = "pass"
-    subs["check_edited_to_pass"] = (naive, 10, "was modified")
+    subs["check_edited_to_pass"] = (naive, FULL - 2, "was modified")
     after = as_handed_in(substitute(source, WRONG["02_building_up_attention"][
         "attention mask applied after the softmax"][0]))
     after.cells = [c for c in after.cells if grade_id(c) != "check_masked_attention"]
-    subs["check_deleted"] = (after, 11, "was missing")
+    subs["check_deleted"] = (after, FULL - 1, "was missing")
     expected = {}
     for name, (nb, score, note) in subs.items():
         (folder / f"{name}.ipynb").write_text(dumps(nb), encoding="utf-8")
@@ -211,7 +212,7 @@ def time_limits(folder: Path, victim: int) -> dict[str, tuple[float, str]]:
                        "        time.sleep(0.1)\n    except KeyboardInterrupt:\n        pass")
     (folder / "loop_forever.ipynb").write_text(dumps(loop), encoding="utf-8")
     (folder / "ignores_interrupts.ipynb").write_text(dumps(hang), encoding="utf-8")
-    return {"loop_forever": (10, "interrupted"), "ignores_interrupts": (4, "was stopped")}
+    return {"loop_forever": (FULL - 2, "interrupted"), "ignores_interrupts": (4, "was stopped")}
 
 
 def sigterm(folder: Path) -> None:
