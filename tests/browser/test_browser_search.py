@@ -16,6 +16,7 @@ TERMS = [
     ("Mixtral", "chapters/08_mixture_of_experts.html"),
     ("crossover", "chapters/09_parameter_and_flop_counting.html"),
     ("Longformer", "chapters/appendix_beyond_words.html"),
+    ("WordPiece", "chapters/appendix_tokens.html"),
 ]
 
 WAIT_FOR_RESULTS = """async () => {
