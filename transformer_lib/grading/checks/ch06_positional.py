@@ -1,6 +1,7 @@
-"""Checks for the chapter 6 exercises: the sinusoidal table, a RoPE rotation (rotate-half
-pairing), and a test written by the student that tells relative position encodings from
-absolute ones.
+"""Checks for the chapter 6 exercises: ALiBi's slopes for any number of heads (BLOOM's rule for
+a head count that is not a power of two), the permutation that turns a checkpoint written for
+interleaved RoPE into one for rotate-half RoPE, and a test written by the student that tells
+relative position encodings from absolute ones.
 
 Above the judging line: what runs in the student's kernel (the inputs, visible and hidden, the
 calls of the student's functions, and the encoders the student's test is run on: plain closures,
@@ -17,7 +18,7 @@ import torch
 
 from .._harness import call, draw, hidden_generator, randn, run_check, seeded
 
-__all__ = ["check_sinusoidal", "check_rope", "check_relative_test"]
+__all__ = ["check_alibi_slopes", "check_rope_permutation", "check_relative_test"]
 
 
 def _even(g: torch.Generator, low: int, high: int) -> int:
@@ -25,44 +26,45 @@ def _even(g: torch.Generator, low: int, high: int) -> int:
     return 2 * draw(g, low // 2, high // 2)
 
 
-# ---------------------------------------------------------------- sinusoidal encodings
+# ---------------------------------------------------------------- ALiBi's slopes
 
-def check_sinusoidal(fn: Callable, sizes: list[tuple[int, int]] | None = None, hidden: int = 0) -> None:
-    """``fn(n, d)`` = the sinusoidal table ``(n, d)``: ``p[i, 2k] = sin(i / 10000^(2k/d))``,
-    ``p[i, 2k+1] = cos(…)``, positions from 0, float64. Chapter 6."""
+def _not_a_power_of_two(g: torch.Generator, low: int, high: int) -> int:
+    while True:
+        h = draw(g, low, high)
+        if h & (h - 1):
+            return h
+
+
+def check_alibi_slopes(fn: Callable, heads: list[int] | None = None, hidden: int = 0) -> None:
+    """``fn(H)`` = the H ALiBi slopes, float64 ``(H,)``: ``2^(−8h/H)`` for H a power of two, else
+    BLOOM's rule (the slopes of the largest power of two p below H, then every other slope of 2p
+    heads). Chapter 6."""
     if hidden:
-        g = hidden_generator("sinusoidal", hidden)
-        sizes = [(draw(g, 5, 60), _even(g, 6, 32)),  # an ordinary table
-                 (1, 2),  # one position, one pair
-                 (draw(g, 2, 20), 2),  # one pair: one frequency
-                 (draw(g, 100, 300), _even(g, 40, 64))]  # far positions, many frequencies
-    cases = [dict(n=n, d=d, what=f"sinusoidal({n}, {d})") for n, d in ([(4, 8)] if sizes is None else sizes)]
-    run_check("sinusoidal", fn, cases, lambda f, c: {"P": call(f, c["n"], c["d"])}, hidden)
+        g = hidden_generator("alibi_slopes", hidden)
+        heads = [1, _not_a_power_of_two(g, 3, 7), _not_a_power_of_two(g, 9, 31),
+                 _not_a_power_of_two(g, 33, 100), 2 ** draw(g, 1, 6)]
+    cases = [dict(H=h, what=f"alibi_slopes({h})") for h in ([8, 12] if heads is None else heads)]
+    run_check("alibi_slopes", fn, cases, lambda f, c: {"slopes": call(f, c["H"])}, hidden)
 
 
-# ---------------------------------------------------------------- RoPE
+# ---------------------------------------------------------------- interleaved to rotate-half
 
-def check_rope(fn: Callable, x: torch.Tensor | None = None, positions: torch.Tensor | None = None,
-               hidden: int = 0) -> None:
-    """``fn(x (…, n, d), positions (n,))`` = x with pair ``(k, k + d/2)`` of row i rotated by the
-    angle ``positions[i] / 10000^(2k/d)`` (rotate-half layout, LLaMA's). Chapter 6."""
+def check_rope_permutation(fn: Callable, W: torch.Tensor | None = None, n_heads: int = 2, hidden: int = 0) -> None:
+    """``fn(W (d, H·d_k), H)`` = W with the columns of each head permuted by σ = (0, 2, …, d_k − 2,
+    1, 3, …, d_k − 1), so that rotate-half RoPE on X·W' gives the scores interleaved RoPE gives on
+    X·W. Chapter 6."""
     if hidden:
-        g = hidden_generator("rope", hidden)
-        n = draw(g, 4, 8)
-        far = torch.randint(1, 4096, (n,), generator=g)
-        far[0], far[draw(g, 1, n - 1)] = 0, draw(g, 1000, 4095)  # position 0 and a far position
-        m = draw(g, 2, 6)
-        cases = [dict(x=randn(g, draw(g, 1, 3), n, _even(g, 4, 16)), positions=far),  # positions up to 4095
-                 dict(x=randn(g, draw(g, 1, 3), draw(g, 1, 3), m, _even(g, 2, 12)),
-                      positions=torch.randint(0, 21, (m,), generator=g)),  # unsorted, repeated, two leading axes
-                 dict(x=randn(g, draw(g, 1, 5), 2), positions=None)]  # one pair per row
-        cases[2]["positions"] = torch.randint(0, 200, (cases[2]["x"].shape[0],), generator=g)
+        g = hidden_generator("rope_permutation", hidden)
+        shapes = [(draw(g, 2, 9), draw(g, 2, 4), _even(g, 4, 10)),   # several heads
+                  (draw(g, 2, 6), 1, _even(g, 6, 12)),                # one head
+                  (None, draw(g, 2, 3), _even(g, 4, 6)),              # square: d = H·d_k
+                  (draw(g, 2, 5), draw(g, 2, 5), 2)]                  # one pair per head: σ is the identity
+        cases = [dict(W=randn(g, H * dk if d is None else d, H * dk), n_heads=H) for d, H, dk in shapes]
     else:
-        cases = [dict(x=seeded(60, 2, 5, 8) if x is None else x,
-                      positions=torch.tensor([0, 1, 2, 7, 30]) if positions is None else positions)]
+        cases = [dict(W=seeded(63, 5, 8) if W is None else W, n_heads=n_heads)]
     for case in cases:
-        case["what"] = "rope(x, positions)"
-    run_check("rope", fn, cases, lambda f, c: {"out": call(f, c["x"].clone(), c["positions"].clone())}, hidden)
+        case["what"] = "to_rotate_half(W, n_heads)"
+    run_check("rope_permutation", fn, cases, lambda f, c: {"W": call(f, c["W"].clone(), c["n_heads"])}, hidden)
 
 
 # ---------------------------------------------------------------- the relative-position test
@@ -147,106 +149,112 @@ def check_relative_test(fn: Callable, d: int = 8, hidden: int = 0) -> None:
 import numpy as np  # noqa: E402
 
 from .._harness import CheckFailed, typename  # noqa: E402
-from .._judging import as_array, check_finite, check_shape, close, fail, judge  # noqa: E402
+from .._judging import as_array, check_shape, close, fail, judge  # noqa: E402
 
 
-# ---------------------------------------------------------------- sinusoidal encodings
+# ---------------------------------------------------------------- ALiBi's slopes
 
-def _table(n: int, d: int, *, first: int = 0, exponent: str = "2k/d", swap: bool = False) -> np.ndarray:
-    """The sinusoidal table ``(n, d)`` in float64, or one of its usual wrong variants."""
-    pos = np.arange(first, first + n, dtype=np.float64)[:, None]
-    out = np.zeros((n, d))
-    for col in range(d):
-        k = col // 2
-        power = {"2k/d": 2 * k / d, "k/d": k / d, "j/d": col / d}[exponent]
-        angle = pos[:, 0] / 10000.0 ** power
-        even = col % 2 == 0
-        out[:, col] = np.sin(angle) if even != swap else np.cos(angle)
-    return out
+def _geometric(h: int, first: int = 1) -> np.ndarray:
+    """The slopes 2^(−8i/h) for i = first, …, first + h − 1."""
+    return 2.0 ** (-8.0 * np.arange(first, first + h, dtype=np.float64) / h)
 
 
-@judge("sinusoidal", compare=("P",), atol=1e-9, rtol=1e-9,
-       ok=lambda cases, outs: "sinusoidal table: sin in even, cos in odd columns, frequencies 10000^(−2k/d), "
-                              f"positions from 0 (n, d in {[(c['n'], c['d']) for c in cases]})")
-def _sinusoidal(case: dict, out: dict) -> None:
-    n, d, what = case["n"], case["d"], case["what"]
-    got = as_array(out["P"], what)
-    check_shape(got, (n, d), what, "one row per position, one column per coordinate")
-    check_finite(got, what, "every entry is a sine or a cosine")
-    expected = _table(n, d)
-    if close(got, expected, 1e-9, 1e-9):
+def _bloom(H: int) -> np.ndarray:
+    """BLOOM's slopes for H heads: the p slopes of the largest power of two p ≤ H, then every other
+    slope of 2p heads (1st, 3rd, …) until there are H."""
+    p = 1 << (H.bit_length() - 1)
+    return np.concatenate([_geometric(p), _geometric(2 * p)[0::2][: H - p]])
+
+
+@judge("alibi_slopes", compare=("slopes",), atol=0.0, rtol=1e-12,
+       ok=lambda cases, outs: "ALiBi slopes, BLOOM's rule, for H in " + str([c["H"] for c in cases])
+                              + " (rtol 1e-12)")
+def _alibi_slopes(case: dict, out: dict) -> None:
+    H, what = case["H"], case["what"]
+    got = as_array(out["slopes"], what).reshape(-1) if not isinstance(out["slopes"], (int, float)) \
+        else np.asarray([out["slopes"]], dtype=np.float64)
+    expected = _bloom(H)
+    check_shape(got, expected.shape, what, "one slope per head")
+    if close(got, expected, 0.0, 1e-12):
         return
-    hints = {
-        "sin and cos are swapped: the even columns 2k hold the sine, the odd columns 2k + 1 the "
-        "cosine": _table(n, d, swap=True),
-        "the exponent uses the pair index k as k/d: pair k turns at 1 / 10000^(2k/d) (2k, the even "
-        "column index, over d)": _table(n, d, exponent="k/d"),
-        "the exponent uses the column index j for both columns of a pair: the sine and the cosine "
-        "of pair k share one frequency, 1 / 10000^(2k/d)": _table(n, d, exponent="j/d"),
-        "positions start at 1: the first token is position 0, so row 0 is [0, 1, 0, 1, …]":
-            _table(n, d, first=1),
-    }
+    p = 1 << (H.bit_length() - 1)
+    hints = {"h runs from 1 to H: the first slope is 2^(−8/H), not 2^0 = 1": np.concatenate(
+        [_geometric(p, 0), _geometric(2 * p, 0)[0::2][: H - p]])}
+    if p < H:
+        hints.update({
+            f"2^(−8h/H) is the rule for a power of two: for H = {H} BLOOM takes the {p} slopes of {p} heads, "
+            f"then every other slope of {2 * p} heads": _geometric(H),
+            f"the {H - p} extra slopes are every other slope of {2 * p} heads (the 1st, 3rd, 5th, …), not the "
+            f"first {H - p} of them": np.concatenate([_geometric(p), _geometric(2 * p)[: H - p]]),
+            f"the extra slopes start with the first slope of {2 * p} heads, 2^(−8/{2 * p}): the 2nd, 4th, … "
+            f"repeat slopes of {p} heads": np.concatenate([_geometric(p), _geometric(2 * p)[1::2][: H - p]]),
+            f"these are the first {H} slopes of {2 * p} heads: BLOOM starts from the largest power of two below "
+            f"H, {p}, and fills in with every other slope of {2 * p}": _geometric(2 * p)[:H],
+            "keep BLOOM's order: the slopes of the power of two first, then the extra ones (the order says "
+            "which head gets which slope)": np.sort(expected)[::-1],
+        })
     for hint, variant in hints.items():
-        if close(got, variant, 1e-6, 1e-6):
+        if close(got, variant, 0.0, 1e-9):
             fail(f"{what}: {hint}", expected, got)
-    if close(got, expected, 1e-5, 1e-5):
-        fail(f"{what} is right only to about 1e-6: compute it in float64 (torch.float64), "
-             "the precision the check asks for (atol 1e-9)", expected, got)
-    fail(f"{what} differs from p[i, 2k] = sin(i / 10000^(2k/d)), p[i, 2k+1] = cos(i / 10000^(2k/d)) "
-         "(atol 1e-9)", expected, got)
+    if close(got, expected, 0.0, 1e-6):
+        fail(f"{what} is right only to about 1e-7: compute in float64, the precision the check asks for "
+             "(rtol 1e-12)", expected, got)
+    fail(f"{what} differs from BLOOM's slopes (rtol 1e-12)", expected, got)
 
 
-# ---------------------------------------------------------------- RoPE
+# ---------------------------------------------------------------- interleaved to rotate-half
 
-def _rope(x: torch.Tensor, positions: torch.Tensor, *, interleaved: bool = False, sign: float = 1.0,
-          exponent: str = "2k/d") -> np.ndarray:
-    """RoPE in float64, ``(…, n, d)`` -> ``(…, n, d)``, or one of its usual wrong variants."""
-    d = x.shape[-1]
-    k = torch.arange(d // 2, dtype=torch.float64)
-    power = 2 * k / d if exponent == "2k/d" else k / d
-    angle = sign * positions.to(torch.float64)[:, None] / 10000.0 ** power        # (n, d/2)
-    cos, sin = angle.cos(), angle.sin()
-    x = x.to(torch.float64)
-    if interleaved:
-        x1, x2 = x[..., 0::2], x[..., 1::2]
-    else:
-        x1, x2 = x[..., : d // 2], x[..., d // 2:]
-    y1, y2 = x1 * cos - x2 * sin, x2 * cos + x1 * sin
-    out = torch.stack([y1, y2], -1).flatten(-2) if interleaved else torch.cat([y1, y2], -1)
-    return out.numpy()
+def _sigma(d_k: int) -> np.ndarray:
+    """σ: the even coordinates of a head, then the odd ones."""
+    return np.concatenate([np.arange(0, d_k, 2), np.arange(1, d_k, 2)])
 
 
-@judge("rope", compare=("out",), atol=1e-9, rtol=1e-9,
-       ok=lambda cases, outs: "RoPE: pairs (k, k + d/2) of each row rotated by +position·θ_k (x "
-                              + ", ".join(str(tuple(c["x"].shape)) for c in cases) + ")")
-def _rope_judge(case: dict, out: dict) -> None:
-    x, positions, what = case["x"], case["positions"], case["what"]
-    got = as_array(out["out"], what)
-    check_shape(got, tuple(x.shape), what, "RoPE rotates each vector: the output has x's shape")
-    check_finite(got, what, "a rotation of finite numbers is finite")
-    expected = _rope(x, positions)
-    if close(got, expected, 1e-9, 1e-9):
+def _per_head(perm: np.ndarray, n_heads: int) -> np.ndarray:
+    return np.concatenate([h * len(perm) + perm for h in range(n_heads)])
+
+
+def _converted(W: torch.Tensor, n_heads: int) -> np.ndarray:
+    """The conversion of Meta's checkpoints to Hugging Face's layout, on nn.Linear's (out, in)
+    weight Wᵀ: each head's rows (pair index, pair member) reordered to (member, pair index)."""
+    d, width = W.shape
+    d_k = width // n_heads
+    weight = W.T.reshape(n_heads, d_k // 2, 2, d).transpose(1, 2).reshape(width, d)
+    return weight.T.numpy()
+
+
+@judge("rope_permutation", compare=("W",),
+       ok=lambda cases, outs: "each head's columns reordered by σ (evens, then odds), so rotate-half RoPE on X·W' "
+                              "scores like interleaved RoPE on X·W: W " + ", ".join(
+           f"{tuple(c['W'].shape)} with {c['n_heads']} head{'s' * (c['n_heads'] > 1)}" for c in cases))
+def _rope_permutation(case: dict, out: dict) -> None:
+    W, H, what = case["W"], case["n_heads"], case["what"]
+    d_k = W.shape[1] // H
+    expected = W.numpy()[:, _per_head(_sigma(d_k), H)]
+    if not np.array_equal(expected, _converted(W, H)):  # two derivations of one permutation
+        raise CheckFailed("the check's two references disagree: tell the course staff")
+    got = as_array(out["W"], what)
+    check_shape(got, expected.shape, what, "the same matrix with its columns in another order")
+    if np.array_equal(got, expected):
         return
+    w = W.numpy()
     hints = {
-        "the pairs are neighbours (2k, 2k + 1), the interleaved layout: here pair k is (k, k + d/2), "
-        "the two halves of the vector (LLaMA's rotate-half)": _rope(x, positions, interleaved=True),
-        "the rotation goes the wrong way: the first half becomes x1·cos − x2·sin and the second "
-        "x2·cos + x1·sin (a rotation by +angle)": _rope(x, positions, sign=-1.0),
-        "the frequencies use k/d: pair k turns at θ_k = 1 / 10000^(2k/d)": _rope(x, positions, exponent="k/d"),
-        "the rows are not rotated: row i turns by the angle positions[i]·θ_k": x.to(torch.float64).numpy(),
+        "W is unchanged: reorder the columns of each head by σ = (0, 2, …, d_k − 2, 1, 3, …, d_k − 1)": w,
+        "σ acts inside each head: permute the d_k columns of every head on their own, not all H·d_k columns "
+        "at once": w[:, _sigma(W.shape[1])],
+        "that is σ⁻¹, the way back (rotate-half to interleaved): the new column j is the old column σ_j, "
+        "new[:, j] = W[:, σ[j]]": w[:, _per_head(np.argsort(_sigma(d_k)), H)],
+        "the even coordinates come first: σ = (0, 2, 4, …, then 1, 3, 5, …)":
+            w[:, _per_head(np.concatenate([np.arange(1, d_k, 2), np.arange(0, d_k, 2)]), H)],
     }
+    if W.shape[0] == W.shape[1]:
+        hints["σ reorders the columns of W (the output coordinates of Q = XW), not its rows"] = \
+            w[_per_head(_sigma(d_k), H), :]
     for hint, variant in hints.items():
-        if close(got, variant, 1e-6, 1e-6):
+        if got.shape == variant.shape and np.array_equal(got, variant):
             fail(f"{what}: {hint}", expected, got)
-    norms = np.linalg.norm(got, axis=-1)
-    if not close(norms, np.linalg.norm(x.to(torch.float64).numpy(), axis=-1), 1e-6, 1e-6):
-        fail(f"{what} changes the length of the vectors: a rotation keeps the norm of every row "
-             "(norms shown)", np.linalg.norm(expected, axis=-1), norms)
-    if close(got, expected, 1e-5, 1e-5):
-        fail(f"{what} is right only to about 1e-6: compute in float64, the precision the check asks "
-             "for (atol 1e-9)", expected, got)
-    fail(f"{what} differs from rotating pair (k, k + d/2) of row i by positions[i] / 10000^(2k/d) "
-         "(atol 1e-9)", expected, got)
+    if close(got, expected, 1e-9, 1e-9):
+        raise CheckFailed(f"{what}: the columns must be moved, not recomputed (exact values of W expected)")
+    fail(f"{what} is not W with each head's columns reordered by σ", expected, got)
 
 
 # ---------------------------------------------------------------- the relative-position test
