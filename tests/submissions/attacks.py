@@ -59,9 +59,12 @@ ATTACKS: dict[str, dict[str, tuple[dict[str, str], set[str]]]] = {
             """}, {"check_split_heads", "check_merge_heads"}),
     },
     "06_positional_information": {
-        "read the encoder's name from its closure": ({"relative_test": """
-            names = [str(c.cell_contents) for c in (encode.__closure__ or ())]
-            return any("rope" in n for n in names)
+        "read the encoder's tables from its closure": ({"relative_test": """
+            cells = [c.cell_contents for c in (encode.__closure__ or ())]
+            tables = [c for c in cells if isinstance(c, torch.Tensor)]
+            angles, gain, added = tables[:3]
+            steps = angles[1:] - angles[:-1]
+            return bool(torch.allclose(steps, steps[0]) and torch.all(gain == gain[0]) and not added.any())
             """}, {"check_relative_test"}),
     },
     "07_causal_masking": {

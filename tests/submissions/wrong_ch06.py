@@ -97,6 +97,21 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             b = (encode(q, p + 9) * encode(q, p + 9)).sum(-1)
             return bool(torch.allclose(a, b, atol=1e-8))
             """}, {"check_relative_test"}, "accepts an encoding"),
+        "relative test: a sample of position pairs": ({"relative_test": """
+            g = torch.Generator().manual_seed(0)
+            q = torch.randn(6, d, generator=g, dtype=torch.float64)
+            k = torch.randn(6, d, generator=g, dtype=torch.float64)
+            m, n = torch.randint(0, 400, (6,), generator=g), torch.randint(0, 400, (6,), generator=g)
+            base = (encode(q, m) * encode(k, n)).sum(-1)
+            return all(torch.allclose((encode(q, m + c) * encode(k, n + c)).sum(-1), base, atol=1e-8)
+                       for c in (1, 37, 111))
+            """}, {"check_relative_test"}, "changed at one position"),
+        "relative test: positions beyond the table": ({"relative_test": """
+            q = torch.randn(3, d, dtype=torch.float64)
+            m = torch.tensor([0, 300, 600])
+            return bool(torch.allclose((encode(q, m) * encode(q, m + 5)).sum(-1),
+                                       (encode(q, m + 1) * encode(q, m + 6)).sum(-1), atol=1e-8))
+            """}, {"check_relative_test"}, "positions from 0 to 511"),
         "relative test with float positions": ({"relative_test": """
             q = torch.randn(5, d, dtype=torch.float64)
             base = (encode(q, torch.arange(5.0)) * encode(q, torch.arange(5.0))).sum(-1)

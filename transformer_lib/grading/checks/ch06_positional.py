@@ -4,14 +4,15 @@ interleaved RoPE into one for rotate-half RoPE, and a test written by the studen
 relative position encodings from absolute ones.
 
 Above the judging line: what runs in the student's kernel (the inputs, visible and hidden, the
-calls of the student's functions, and the encoders the student's test is run on: plain closures,
-one formula for every kind, their parameters drawn at random for the hidden tests). Below it: the
-judges, which compute their references in float64 from the chapter's formulas and run in the
-grader; the judge of the test knows from the case's kind whether the encoder is relative. Chapter 6.
+calls of the student's functions, and the encoders the student's test is run on: plain closures
+over the data that defines each, tables of angles, gains and added vectors for the positions
+0 … 511, drawn at random for the hidden tests, some changed only beyond some position, so that
+reading an encoder costs as much as testing it). Below it: the judges, which compute their
+references in float64 and run in the grader; the judge of the test reads from the tables whether
+the encoder is relative. Chapter 6.
 """
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import torch
@@ -69,31 +70,34 @@ def check_rope_permutation(fn: Callable, W: torch.Tensor | None = None, n_heads:
 
 # ---------------------------------------------------------------- the relative-position test
 
+_POSITIONS = 512  # every encoder knows the positions 0 … 511
+
+
 def _encoder(case: dict, misuse: list[dict]) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """The encoding ``(x (n, d), positions (n,)) -> (n, d)`` of ``case``: every kind is the same
-    formula, rotate pairs (k, k + d/2) by ``gamma · min(p, cap)^power · θ_k``, scale by
-    ``1 + slope·p``, add ``amp`` times the sinusoidal table; RoPE has gamma 1, power 1, no cap,
-    slope 0, amp 0. A call with the wrong kind of arguments is noted in ``misuse`` (and raises)."""
-    base, gamma, power = float(case["base"]), float(case["gamma"]), float(case["power"])
-    cap, slope, amp = float(case["cap"]), float(case["slope"]), float(case["amp"])
+    """The encoding ``(x (n, d), positions (n,)) -> (n, d)`` of ``case``, defined by its tables (one
+    row per position): rotate the pairs (k, k + d/2) of row i by ``angles[p_i]``, scale by ``gain[p_i]``,
+    add ``added[p_i]``. RoPE is the table ``angles[p] = p·θ``, gain 1, nothing added; the other kinds
+    change a table, some of them only beyond some position. A call with the wrong kind of arguments is
+    noted in ``misuse`` (and raises)."""
+    angles, gain, added = case["angles"].clone(), case["gain"].clone(), case["added"].clone()
 
     def encode(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        if not isinstance(x, torch.Tensor) or x.dim() != 2 or not x.is_floating_point() or x.shape[-1] % 2:
+        if not isinstance(x, torch.Tensor) or x.dim() != 2 or not x.is_floating_point() or x.shape[-1] != case["d"]:
             misuse.append(dict(misuse="x", tensor=isinstance(x, torch.Tensor),
                                shape=list(x.shape) if isinstance(x, torch.Tensor) else None))
-            raise TypeError("encode(x, positions): x must be a float (n, d) tensor")
+            raise TypeError(f"encode(x, positions): x must be a float (n, {case['d']}) tensor")
         positions = torch.as_tensor(positions)
-        if positions.shape != (x.shape[0],) or positions.is_floating_point():
+        if positions.shape != (x.shape[0],) or positions.is_floating_point() or positions.dtype == torch.bool:
             misuse.append(dict(misuse="positions", tensor=True, shape=list(positions.shape),
                                floating=positions.is_floating_point()))
             raise TypeError("encode(x, positions): positions must be integers, one per row of x")
-        x, p, half = x.to(torch.float64), positions.to(torch.float64)[:, None], x.shape[-1] // 2
-        theta = base ** (-torch.arange(0, 2 * half, 2, dtype=torch.float64) / (2 * half))
-        angle = gamma * p.clamp(max=cap) ** power * theta
-        x1, x2 = x[:, :half], x[:, half:]
+        if len(positions) and not 0 <= int(positions.min()) <= int(positions.max()) < _POSITIONS:
+            misuse.append(dict(misuse="range", low=int(positions.min()), high=int(positions.max())))
+            raise IndexError(f"encode(x, positions): the positions run from 0 to {_POSITIONS - 1}")
+        x, half = x.to(torch.float64), x.shape[-1] // 2
+        angle, x1, x2 = angles[positions], x[:, :half], x[:, half:]
         y = torch.cat([x1 * angle.cos() - x2 * angle.sin(), x2 * angle.cos() + x1 * angle.sin()], -1)
-        table = torch.stack([torch.sin(p * theta), torch.cos(p * theta)], -1).flatten(-2)
-        return y * (1 + slope * p) + amp * table
+        return y * gain[positions][:, None] + added[positions]
     return encode
 
 
@@ -109,11 +113,24 @@ def _run_relative(fn: Callable, case: dict) -> dict:
     return misuse[0] if misuse else {"verdict": verdict}
 
 
-def _encoding(kind: str, d: int, base: float = 10000.0, **parameters: float) -> dict:
-    case = dict(kind=kind, d=d, base=base, gamma=1.0, power=1.0, cap=math.inf, slope=0.0, amp=0.0)
-    case.update(parameters)
-    case["what"] = "is_relative(encode, d)"
-    return case
+def _encoding(kind: str, d: int, theta: torch.Tensor, *, power: float = 1.0, gamma: float = 1.0,
+              cap: int = _POSITIONS, slope: float = 0.0, amp: float = 0.0,
+              kick: tuple[int, int, float] | None = None) -> dict:
+    """A case: the tables of an encoder over the positions 0 … 511. The angle of pair k at position p is
+    ``gamma · min(p, cap)^power · theta_k`` (plus ``kick = (p, k, δ)``: δ more at one position and
+    pair); the gain ``1 + slope·p``; ``amp`` times the sinusoidal table (frequencies theta) added."""
+    p = torch.arange(_POSITIONS, dtype=torch.float64)[:, None]
+    angles = gamma * p.clamp(max=cap) ** power * theta
+    if kick is not None:
+        angles[kick[0], kick[1]] += kick[2]
+    table = torch.stack([torch.sin(p * theta), torch.cos(p * theta)], -1).flatten(-2)
+    return dict(kind=kind, d=d, angles=angles, gain=1 + slope * p[:, 0], added=amp * table, cap=cap,
+                kick=-1 if kick is None else kick[0], what="is_relative(encode, d)")
+
+
+def _theta(d: int, base: float) -> torch.Tensor:
+    """RoPE's frequencies ``base^(−2k/d)``."""
+    return base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
 
 
 def _shuffled(g: torch.Generator, cases: list[dict]) -> list[dict]:
@@ -122,34 +139,42 @@ def _shuffled(g: torch.Generator, cases: list[dict]) -> list[dict]:
 
 def check_relative_test(fn: Callable, d: int = 8, hidden: int = 0) -> None:
     """``fn(encode, d) -> bool``: True iff the scores ``encode(q, m)ᵀ encode(k, n)`` depend on the
-    positions only through ``m − n``. Run on RoPE (must be True) and on encodings that are not
-    relative (must be False); the hidden ones have random parameters. Chapter 6."""
+    positions (0 … 511) only through ``m − n``. Run on RoPE (must be True) and on encodings that are not
+    relative (must be False), each defined by its tables of angles, gains and added vectors; the hidden
+    ones have random tables, some changed only beyond some position. Chapter 6."""
     if hidden == 1:
         g = hidden_generator("relative_test", hidden)
         d = _even(g, 2, 16)
 
-        def base() -> float:
-            return float(draw(g, 50, 30000))
+        def base() -> torch.Tensor:
+            return _theta(d, float(draw(g, 50, 30000)))
         cases = _shuffled(g, [
-            _encoding("rope", d, base()), _encoding("rope", d, base()),
+            _encoding("rope", d, base()),
+            _encoding("rope, random frequencies", d, torch.rand(d // 2, generator=g, dtype=torch.float64)),
             _encoding("position²", d, base(), power=2.0, gamma=draw(g, 1, 20) / 10),
-            _encoding("capped", d, base(), cap=float(draw(g, 40, 400))),  # relative below the cap and above it
+            _encoding("capped", d, base(), cap=draw(g, 40, 400)),  # relative below the cap and above it
             _encoding("scaled", d, base(), slope=draw(g, 1, 100) / 100)])
     elif hidden:
         g = hidden_generator("relative_test", hidden)
         d = _even(g, 10, 32)
-        cases = _shuffled(g, [_encoding("rope", d, float(draw(g, 50, 30000))),
-                              _encoding("sinusoidal added", d, float(draw(g, 50, 30000)), amp=draw(g, 5, 20) / 10)])
+
+        def base() -> torch.Tensor:
+            return _theta(d, float(draw(g, 50, 30000)))
+        kick = (draw(g, 200, _POSITIONS - 1), draw(g, 0, d // 2 - 1), draw(g, 5, 50) / 100)
+        cases = _shuffled(g, [_encoding("rope", d, base()),
+                              _encoding("kicked", d, base(), kick=kick),   # RoPE but at one far position
+                              _encoding("sinusoidal added", d, base(), amp=draw(g, 5, 20) / 10)])
     else:
-        cases = [_encoding("rope", d), _encoding("sinusoidal added", d, amp=1.0)]
+        theta = _theta(d, 10000.0)
+        cases = [_encoding("rope", d, theta), _encoding("sinusoidal added", d, theta, amp=1.0)]
     run_check("relative_test", fn, cases, _run_relative, hidden)
 
 
 # ==== judging: runs in the grader, never loaded into a graded kernel ====
 import numpy as np  # noqa: E402
 
-from .._harness import CheckFailed, typename  # noqa: E402
-from .._judging import as_array, check_shape, close, fail, judge  # noqa: E402
+from .._harness import CheckFailed  # noqa: E402
+from .._judging import as_array, check_shape, close, fail, judge, truth  # noqa: E402
 
 
 # ---------------------------------------------------------------- ALiBi's slopes
@@ -260,23 +285,24 @@ def _rope_permutation(case: dict, out: dict) -> None:
 # ---------------------------------------------------------------- the relative-position test
 
 def _relative(case: dict) -> bool:
-    """Whether the encoder of ``case`` is relative: a rotation by an angle linear in the position,
-    nothing added, nothing scaled (RoPE, any base)."""
-    return (case["power"] == 1.0 and case["cap"] == math.inf and case["slope"] == 0.0
-            and case["amp"] == 0.0)
+    """Whether the encoder of ``case`` is relative, read off its tables: angles linear in the position
+    (pair by pair), one gain for every position, nothing added."""
+    angles, gain, added = (np.asarray(case[key], dtype=np.float64) for key in ("angles", "gain", "added"))
+    p = np.arange(len(angles), dtype=np.float64)[:, None]
+    linear = angles[0] + p * (angles[1] - angles[0])
+    return bool(np.allclose(angles, linear, atol=1e-9, rtol=0) and np.allclose(gain, gain[0], atol=1e-12, rtol=0)
+                and not np.any(added))
 
 
 def _kind(case: dict) -> str:
     """The encoder of ``case`` in words, for the message."""
-    if case["amp"]:
-        return "sinusoidal encodings added to x"
-    if case["power"] != 1.0:
-        return "the angle grows like position²"
-    if case["cap"] != math.inf:
-        return f"the rotation stops at position {case['cap']:g}"
-    if case["slope"]:
-        return "the vectors are scaled by the position"
-    return "RoPE"
+    kind = case["kind"]
+    return {"sinusoidal added": "sinusoidal encodings added to x",
+            "position²": "the angle grows like position²",
+            "capped": f"the rotation stops at position {case['cap']}",
+            "scaled": "the vectors are scaled by the position",
+            "kicked": f"RoPE's angle table is changed at one position, {case['kick']}",
+            }.get(kind, "RoPE" if kind == "rope" else f"RoPE ({kind.split(', ')[-1]})")
 
 
 def _shape(shape: object) -> str:
@@ -296,19 +322,15 @@ def _relative_test(case: dict, out: dict) -> None:
         raise CheckFailed("your test must call encode(x, positions) with integer positions of shape (n,), "
                           f"one per row of x, got {'float ' if out.get('floating') is True else ''}positions"
                           f"{_shape(out.get('shape'))}")
-    verdict = out.get("verdict")
-    if isinstance(verdict, torch.Tensor) and verdict.numel() == 1 and verdict.dtype == torch.bool:
-        verdict = bool(verdict)
-    elif isinstance(verdict, np.ndarray) and verdict.size == 1 and verdict.dtype == bool:
-        verdict = bool(verdict)
-    if not isinstance(verdict, bool):
-        raise CheckFailed(f"is_relative(encode, d) must return True or False, got {typename(verdict)}")
-    if verdict == _relative(case):
+    if out.get("misuse") == "range":
+        raise CheckFailed(f"your test must call encode with positions from 0 to {_POSITIONS - 1}, got positions "
+                          f"from {out.get('low')} to {out.get('high')}")
+    if truth(out.get("verdict"), "is_relative(encode, d)") == _relative(case):
         return
     if _relative(case):
         raise CheckFailed("your test rejects a relative encoding (RoPE): shift the positions of "
                           "the query and of the key by the *same* amount and compare the scores "
                           "with a tolerance (rounding differs by about 1e-12)")
     raise CheckFailed(f"your test accepts an encoding whose scores depend on more than m − n (in it, "
-                      f"{_kind(case)}): compare the scores of many position pairs (m, n) with those of "
-                      "(m + s, n + s), for shifts s and positions well beyond the first few")
+                      f"{_kind(case)}): compare the score of every pair of positions (m, n) with that of "
+                      f"(m + 1, n + 1), up to position {_POSITIONS - 1}, not a sample of pairs")
