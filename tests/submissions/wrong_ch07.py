@@ -68,7 +68,8 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             self_mask=_SELF, cross_mask="torch.ones(len(src_lengths), n, m, dtype=torch.bool)")},
             {"check_seq2seq_masks"}, "source's padding must be masked"),
         "masks: the cross mask from the target lengths": ({"seq2seq_masks": _MASKS.format(
-            self_mask=_SELF, cross_mask="(torch.arange(m)[None, None, :] < tgt_lengths[:, None, None]).expand(-1, n, -1)")},
+            self_mask=_SELF,
+            cross_mask="(torch.arange(m)[None, None, :] < tgt_lengths[:, None, None]).expand(-1, n, -1)")},
             {"check_seq2seq_masks"}, "mask them with src_lengths"),
         "masks: the cross mask as (b, m, n)": ({"seq2seq_masks": _MASKS.format(
             self_mask=_SELF, cross_mask="real_sources.expand(-1, n, -1).transpose(1, 2)")},

@@ -93,7 +93,8 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
         "capacity: dropped assignments added in full": ({"moe_capacity": _capacity(
             chosen="expert_of == e")}, {"check_moe_capacity"}, "a dropped assignment contributes nothing"),
         "capacity: weights renormalised after the drops": ({"moe_capacity": _capacity(
-            weight="(weight_of * keep)[chosen, None] / (weights * keep.reshape(k, T).T).sum(-1).repeat(k)[chosen, None]")},
+            weight="(weight_of * keep)[chosen, None] / "
+                   "(weights * keep.reshape(k, T).T).sum(-1).repeat(k)[chosen, None]")},
             {"check_moe_capacity"}, "not renormalised after the drops"),
         "capacity: the chapter's loop, one token at a time": ({"moe_capacity": """
             top, indices = torch.softmax(x @ W_g, dim=-1).topk(k, dim=-1)
@@ -160,7 +161,9 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
                     grad[i, j] = (loss(logits + step) - loss(logits - step)) / (2 * h)
             return grad
             """}, {"check_balancing_grad"}, "right only to about 1e-7"),
-        "grad: a complex step": ({"balancing_grad": _LOSS.replace("torch.softmax(z, dim=-1)", "(z.exp() / z.exp().sum(-1, keepdim=True))") + """            h, grad = 1e-30, torch.zeros_like(logits)
+        "grad: a complex step": ({"balancing_grad": _LOSS.replace(
+            "torch.softmax(z, dim=-1)", "(z.exp() / z.exp().sum(-1, keepdim=True))") + """
+            h, grad = 1e-30, torch.zeros_like(logits)
             for i in range(logits.shape[0]):
                 for j in range(logits.shape[1]):
                     step = torch.zeros(logits.shape, dtype=torch.complex128)

@@ -254,7 +254,8 @@ def _seq2seq_masks(case: dict, out: dict) -> None:
     src, tgt, m, n = case["src_lengths"].numpy(), case["tgt_lengths"].numpy(), case["m"], case["n"]
     b = len(src)
     self_mask, cross_mask = pair(out["masks"], "seq2seq_masks", ("self_mask", "cross_mask"))
-    got_self = _bool_masks(self_mask, "self_mask", (b, n, n), "one (n, n) mask per pair: decoder queries × decoder keys")
+    got_self = _bool_masks(self_mask, "self_mask", (b, n, n),
+                           "one (n, n) mask per pair: decoder queries × decoder keys")
     got_cross = _bool_masks(cross_mask, "cross_mask", (b, n, m), "it is (b, m, n), transposed: one row per decoder "
                             "query, one column per source key" if getattr(cross_mask, "shape", None) == (b, m, n)
                             else "one (n, m) mask per pair: decoder queries × source keys")
@@ -264,8 +265,10 @@ def _seq2seq_masks(case: dict, out: dict) -> None:
     tgt_queries = np.arange(n)[None, :, None] < tgt[:, None, None]
     _compare_masks("self_mask", got_self, causal & tgt_keys, {
         "the decoder's padding must be masked as keys: no query may attend to a position ≥ tgt_lengths[b]": causal,
-        "the decoder's self-attention is causal: query i sees the keys j ≤ i only": np.broadcast_to(tgt_keys, causal.shape),
-        "mask the padded keys (the columns j ≥ tgt_lengths[b]), not the padded queries (the rows)": causal & tgt_queries,
+        "the decoder's self-attention is causal: query i sees the keys j ≤ i only":
+            np.broadcast_to(tgt_keys, causal.shape),
+        "mask the padded keys (the columns j ≥ tgt_lengths[b]), not the padded queries (the rows)":
+            causal & tgt_queries,
         "True means *may attend*: this is the complement of the mask": ~(causal & tgt_keys),
     })
     src_keys = np.broadcast_to(np.arange(m)[None, None, :] < src[:, None, None], (b, n, m))

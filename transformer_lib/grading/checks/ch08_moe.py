@@ -180,7 +180,8 @@ def _kept(idx: torch.Tensor, capacity: int, n_experts: int, token_first: bool = 
     """Which assignments fit: in priority order (all first choices in token order, then all second
     choices, …; or, wrongly, each token's choices before the next token's), at most ``capacity`` each."""
     T, k = idx.shape
-    order = [(i, j) for i in range(T) for j in range(k)] if token_first else [(i, j) for j in range(k) for i in range(T)]
+    order = ([(i, j) for i in range(T) for j in range(k)] if token_first
+             else [(i, j) for j in range(k) for i in range(T)])
     load, kept = [0] * n_experts, torch.zeros(T, k, dtype=torch.bool)
     for i, j in order:
         e = int(idx[i, j])

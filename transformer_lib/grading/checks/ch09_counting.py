@@ -304,7 +304,8 @@ def _moe_described(c: dict, case: dict) -> str:
 
 
 @judge("moe_flops", ok=lambda cases, outs: "moe_flops = " + ", ".join(
-    f"{_reference_flops(_config(c), c['n'], c['n_experts'], c['top_k']) / c['n']:,.0f} ({_moe_described(_config(c), c)})"
+    f"{_reference_flops(_config(c), c['n'], c['n_experts'], c['top_k']) / c['n']:,.0f} "
+    f"({_moe_described(_config(c), c)})"
     for c in cases) + ", as FlopCounterMode counts a forward pass of the built mixture-of-experts model (divided by n)")
 def _moe_flops(case: dict, out: dict) -> None:
     c, n, E, K = _config(case), case["n"], case["n_experts"], case["top_k"]

@@ -411,7 +411,8 @@ def _sliding_window(case: dict, out: dict) -> None:
 def _linear_ok(cases: list[dict], outs: list[dict]) -> str:
     shapes = ", ".join(f"Q {tuple(c['q'].shape)}, K {tuple(c['k'].shape)}, V {tuple(c['v'].shape)}" for c in cases)
     return (f"linear attention for {shapes} equals the quadratic form (rtol 1e-7) without building an n × m "
-            f"tensor; with 4 times the queries and keys its work grows {_growth(outs)}-fold (4 for O(n), 16 for O(n·m))")
+            f"tensor; with 4 times the queries and keys its work grows {_growth(outs)}-fold (4 for O(n), 16 for "
+            "O(n·m))")
 
 
 @judge("linear_attention", compare=("Z", "Z2"), atol=1e-9, rtol=1e-7, bans=_LINEAR_BANS, ok=_linear_ok)
