@@ -145,7 +145,9 @@ def _run_measured(fn: Callable, case: dict, banned: tuple[str, ...], *extra: Any
         q, k, v = (case[key + size].clone() for key in ("q", "k", "v"))
         n, m = q.shape[-2], k.shape[-2]
         counter = _Work({(n, m), (m, n)}, seen)
-        with counter, _Results({(n, m), (m, n)}, seen):
+        # einsum contracts its operands in the order written wherever the check runs (the optional
+        # package opt_einsum, where installed, would choose the order)
+        with counter, _Results({(n, m), (m, n)}, seen), torch.backends.opt_einsum.flags(enabled=False):
             out["Z" + size] = call(fn, q, k, v, *extra, banned=banned)
         work.append(counter.work)
     return dict(out, work=work, **seen)
