@@ -215,8 +215,6 @@ def check_gqa_step(fn: Callable, x: torch.Tensor | None = None, n_heads: int = 4
 
 
 # ==== judging: runs in the grader, never loaded into a graded kernel ====
-import math  # noqa: E402
-
 import numpy as np  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
@@ -265,8 +263,7 @@ def _seq2seq_masks(case: dict, out: dict) -> None:
     tgt_queries = np.arange(n)[None, :, None] < tgt[:, None, None]
     _compare_masks("self_mask", got_self, causal & tgt_keys, {
         "the decoder's padding must be masked as keys: no query may attend to a position ≥ tgt_lengths[b]": causal,
-        "the decoder's self-attention is causal: query i sees the keys j ≤ i only":
-            np.broadcast_to(tgt_keys, causal.shape),
+        "the decoder's self-attention is causal: query i sees the keys j ≤ i only": tgt_keys.repeat(n, 1),
         "mask the padded keys (the columns j ≥ tgt_lengths[b]), not the padded queries (the rows)":
             causal & tgt_queries,
         "True means *may attend*: this is the complement of the mask": ~(causal & tgt_keys),
