@@ -369,7 +369,7 @@ BROKEN = {
 
     # --- Chapter 6: positional information
     "6 symmetry: the layer causal although asked not to be": (
-        CH6, [("lib:transformer_lib.multihead:MultiHeadAttention._mask_and_bias", [("if self.causal:", "if True:")]),
+        CH6, [("lib:transformer_lib.multihead:MultiHeadAttention._mask_and_bias", [("if causal:", "if True:")]),
               ("perm = [0, 5, 2, 3, 4, 1]", [])],
         "torch.testing.assert_close(out_b, out_a[perm]"),
     "6 symmetry: the sinusoidal table all zeros": (
