@@ -26,11 +26,10 @@ from torch import nn  # noqa: E402
 
 from transformer_lib.config import ModelConfig  # noqa: E402
 from transformer_lib.counting import count_params  # noqa: E402
+from transformer_lib.lab import LAB_DEFAULTS  # noqa: E402
 from transformer_lib.model import GPT  # noqa: E402
 
 GOAL = 1.0
-# the lab's default configuration (a character vocabulary of 84, no biases)
-LAB_DEFAULTS = dict(vocab_size=84, d_model=128, layers=4, heads=4, context=64, batch=32)
 
 
 class TorchNNGPT(nn.Module):
