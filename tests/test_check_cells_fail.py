@@ -45,7 +45,7 @@ APP = "appendix_beyond_words"
 LAST = {CH3: "cfg = BertConfig()", CH4: "mask = y_test != -100", CH5: "head_choices = [1, 2, 4]",
         CH6: "alibi_drop = mean_acc", CH7: "published = {3:", CH8: "factors = [0.5",
         CH9: "def minimal(q, k, v)", APP: "n_err, w_err = 512, 32"}
-SKIP = {CH4: (), CH6: (), CH7: ("steps=300, lr=6e-3", 'glue("val_loss"'), CH3: (), CH5: (), CH8: (), CH9: (),
+SKIP = {CH4: (), CH6: (), CH7: ("steps=900, lr=6e-3", 'glue("val_loss"'), CH3: (), CH5: (), CH8: (), CH9: (),
         APP: ()}
 
 
@@ -486,8 +486,8 @@ BROKEN = {
         CH7, [("def unigram_bigram", [("(C + alpha).sum(1, keepdim=True)", "(C + alpha).sum(0, keepdim=True)")])],
         "assert torch.allclose(P.sum(1)"),
     "7 language model: the learning rate's exponent mistyped": (
-        CH7, [("steps=300, lr=6e-3", [("steps=300, lr=6e-3", "steps=30, lr=6e-9")])],
-        "assert margin > 0.05"),
+        CH7, [("steps=900, lr=6e-3", [("steps=900, lr=6e-3", "steps=30, lr=6e-9")])],
+        "assert margin > 0.3"),
     "7 induction: the previous occurrence, not the token after it": (
         CH7, [("xi, yi = induction_task(512", [("maps[1][rows, :, q_pos, k_pos]",
                                                 "maps[1][rows, :, q_pos, k_pos - 1]")])],
