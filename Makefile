@@ -9,7 +9,7 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: install book test serve bench mutants doctor clean
+.PHONY: install book test serve bench lab mutants doctor clean
 
 VENDOR := _assets/vendor/NOTICE.txt
 
@@ -48,6 +48,14 @@ serve: book
 
 bench: install
 	$(BIN)/python scripts/bench.py
+
+# The training lab: a character GPT trained on Shakespeare for 60 s of wall time (two threads),
+# then evaluated on the whole validation split; checkpoint and sample in _build/lab.
+# `make lab SECONDS=40 SEED=1` changes the budget or the seed.
+SECONDS ?= 60
+SEED    ?= 0
+lab: install
+	$(BIN)/python -m transformer_lib.lab shakespeare --seconds $(SECONDS) --seed $(SEED) --out _build/lab
 
 # Mutation testing of transformer_lib outside grading/ (not part of `make test` or CI; an hour or
 # more on two cores). First the curated list of realistic bugs in scripts/mutants.py (minutes),

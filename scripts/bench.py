@@ -3,8 +3,11 @@
 Each chapter must execute in at most 20 s and the whole book in at most 150 s on a
 2-core machine. The script also times BPE training on the Shakespeare corpus
 (scripts/bench_bpe.py: 130 kB to 500 tokens within 0.5 s, 5 MB to 10,000 within a minute),
-grading 20 submissions (see scripts/bench_grading.py) and reports the speed of the library's explicit attention at n = 512 against a minimal
-``softmax(Q Kᵀ/√d_k) V`` and against ``F.scaled_dot_product_attention`` (limit 1.25×).
+grading 20 submissions (see scripts/bench_grading.py), reports the speed of the library's
+explicit attention at n = 512 against a minimal ``softmax(Q Kᵀ/√d_k) V`` and against
+``F.scaled_dot_product_attention`` (limit 1.25×), and a training step of the library's GPT
+against the same model from torch.nn parts (scripts/bench_train.py, goal ≤ 1.0×, reported,
+not enforced: the ratio depends on the load).
 """
 from __future__ import annotations
 
@@ -81,6 +84,8 @@ def main() -> int:
     print(f"attention at n = 512: library / minimal explicit {vs_minimal:.2f}x"
           f"{'  > %.2fx limit' % ATTENTION_LIMIT if vs_minimal > ATTENTION_LIMIT else ''}, "
           f"library / F.scaled_dot_product_attention {vs_fused:.2f}x")
+    # the training step of the library's GPT against a torch.nn model (scripts/bench_train.py)
+    subprocess.run([sys.executable, str(REPO / "scripts" / "bench_train.py")], cwd=REPO)
     status = 0
     for script in ("bench_bpe.py", "bench_grading.py"):
         status |= subprocess.run([sys.executable, str(REPO / "scripts" / script)], cwd=REPO).returncode

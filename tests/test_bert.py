@@ -78,7 +78,10 @@ def test_equals_transformers_bert_with_random_weights(shape, act, types, pooler)
     assert count_params(ours) == param_count(config)
 
 
-def test_blocks_are_the_library_post_norm_block_and_padding_is_never_read():
+def test_blocks_are_the_library_post_norm_block_and_padding_is_never_read(monkeypatch):
+    from transformer_lib.multihead import MultiHeadAttention
+
+    monkeypatch.setattr(MultiHeadAttention, "fused", False)   # the encoder's own (explicit) path
     _, ours, _ = hf_pair((16, 4, 2, 24), "gelu", 2, True)
     ids, mask, _ = batch()
     with torch.no_grad():

@@ -1,14 +1,13 @@
-"""Chapter 7's measured claims hold across seeds: the character-level GPT beats the bigram
-baseline by a margin, a repeat at a varying distance is solved by an induction head that finds
-the token after the previous occurrence by content, and a cached generation step costs about the
-same at every context length while rerunning the window grows, so the saving grows with n.
+"""Chapter 7's measured claims hold across seeds: the character-level GPT trained on
+Shakespeare beats the bigram baseline by more than 0.3 nats, a repeat at a varying distance is
+solved by an induction head that finds the token after the previous occurrence by content, and
+a cached generation step costs about the same at every context length while rerunning the
+window grows, so the saving grows with n.
 
 The recipes are those of chapters/07_causal_masking.ipynb (same sizes, steps and rates)."""
 from __future__ import annotations
 
-import json
 import math
-import re
 import time
 
 import numpy as np
@@ -16,9 +15,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from repo_paths import REPO
 from transformer_lib.config import ModelConfig
-from transformer_lib.data import CharTokenizer, induction_task, task_batches, text_batch
+from transformer_lib.corpus import SHAKESPEARE_ALPHABET
+from transformer_lib.data import induction_task, shakespeare_ids, task_batches, text_batch
 from transformer_lib.model import GPT
 from transformer_lib.multihead import MultiHeadAttention
 from transformer_lib.train import evaluate_loss, train
@@ -26,18 +25,13 @@ from transformer_lib.train import evaluate_loss, train
 SEEDS = range(5)
 
 
+VAL_CHARS = 32_768   # the chapter measures the first 32,768 characters of the validation split
+
+
 @pytest.fixture(scope="module")
 def corpus():
-    prose = []
-    for path in sorted((REPO / "chapters").glob("0[12]_*.ipynb")):
-        cells = json.loads(path.read_text())["cells"]
-        prose += ["".join(c["source"]) for c in cells if c["cell_type"] == "markdown"]
-    keep = set("abcdefghijklmnopqrstuvwxyz .,")
-    text = re.sub(" +", " ", "".join(ch if ch in keep else " " for ch in " ".join(prose).lower()))
-    tok = CharTokenizer(text)
-    ids = tok.encode(text)
-    split = int(0.9 * len(ids))
-    return tok.vocab_size, ids[:split], ids[split:]
+    train_ids, val_split = shakespeare_ids()
+    return len(SHAKESPEARE_ALPHABET), train_ids, val_split[:VAL_CHARS + 1]
 
 
 def _bigram(tr, va, V, alpha=0.1):
@@ -49,15 +43,17 @@ def _bigram(tr, va, V, alpha=0.1):
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_char_gpt_beats_bigram(corpus, seed):
+    """On Shakespeare the one-block character GPT beats the bigram model by more than 0.3 nats
+    (measured over the five seeds: 0.37 to 0.40, bigram 2.523)."""
     torch.set_num_threads(1)
     V, tr, va = corpus
     torch.manual_seed(seed)
-    model = GPT(ModelConfig(vocab_size=V, n_ctx=32, d_model=32, n_layers=2, n_heads=2,
+    model = GPT(ModelConfig(vocab_size=V, n_ctx=32, d_model=32, n_layers=1, n_heads=2,
                             tied_embeddings=False))
     g = torch.Generator().manual_seed(seed)
-    train(model, lambda step: text_batch(tr, 32, 32, g), steps=300, lr=6e-3, seed=seed)
+    train(model, lambda step: text_batch(tr, 32, 32, g), steps=900, lr=6e-3, seed=seed)
     val = evaluate_loss(model, (va[:-1].unfold(0, 32, 32), va[1:].unfold(0, 32, 32)))
-    assert _bigram(tr, va, V) - val > 0.05
+    assert _bigram(tr, va, V) - val > 0.3
 
 
 class AttentionOnly(torch.nn.Module):

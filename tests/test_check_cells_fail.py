@@ -45,7 +45,7 @@ APP, TOK = "appendix_beyond_words", "appendix_tokens"
 LAST = {CH3: "cfg = BertConfig()", CH4: "share = dla.values[:, mask]", CH5: 'swaps = [("declining", "rising")',
         CH6: "alibi_drop = mean_acc", CH7: "published = {3:", CH8: "factors = [0.5",
         CH9: "def minimal(q, k, v)", APP: "n_err, w_err = 512, 32", TOK: "def wordpiece_by_hand"}
-SKIP = {CH4: (), CH6: (), CH7: ("steps=300, lr=6e-3", 'glue("val_loss"'), CH3: (), CH5: (), CH8: (), CH9: (),
+SKIP = {CH4: (), CH6: (), CH7: ("steps=900, lr=6e-3", 'glue("val_loss"'), CH3: (), CH5: (), CH8: (), CH9: (),
         APP: (), TOK: ()}
 
 
@@ -433,7 +433,7 @@ BROKEN = {
 
     # --- Chapter 6: positional information
     "6 symmetry: the layer causal although asked not to be": (
-        CH6, [("lib:transformer_lib.multihead:MultiHeadAttention._mask_and_bias", [("if self.causal:", "if True:")]),
+        CH6, [("lib:transformer_lib.multihead:MultiHeadAttention._mask_and_bias", [("if causal:", "if True:")]),
               ("perm = [0, 5, 2, 3, 4, 1]", [])],
         "torch.testing.assert_close(out_b, out_a[perm]"),
     "6 symmetry: the sinusoidal table all zeros": (
@@ -550,8 +550,8 @@ BROKEN = {
         CH7, [("def unigram_bigram", [("(C + alpha).sum(1, keepdim=True)", "(C + alpha).sum(0, keepdim=True)")])],
         "assert torch.allclose(P.sum(1)"),
     "7 language model: the learning rate's exponent mistyped": (
-        CH7, [("steps=300, lr=6e-3", [("steps=300, lr=6e-3", "steps=30, lr=6e-9")])],
-        "assert margin > 0.05"),
+        CH7, [("steps=900, lr=6e-3", [("steps=900, lr=6e-3", "steps=30, lr=6e-9")])],
+        "assert margin > 0.3"),
     "7 induction: the previous occurrence, not the token after it": (
         CH7, [("xi, yi = induction_task(512", [("maps[1][rows, :, q_pos, k_pos]",
                                                 "maps[1][rows, :, q_pos, k_pos - 1]")])],

@@ -10,6 +10,7 @@ import hashlib
 import importlib.resources
 
 import pytest
+import torch
 
 from repo_paths import REPO
 from transformer_lib import corpus, data
@@ -73,6 +74,9 @@ def test_fixed_split_and_tokenizer(works):
     sample = val[:5000]
     assert tok.decode(tok.encode(sample)) == sample
     assert data.shakespeare_splits is corpus.shakespeare_splits
+    train_ids, val_ids = data.shakespeare_ids()
+    assert (train_ids.dtype, len(train_ids), len(val_ids)) == (torch.long, len(train), len(val))
+    assert torch.equal(val_ids, tok.encode(val)) and torch.equal(train_ids[-3000:], tok.encode(train[-3000:]))
 
 
 def test_a_missing_package_names_the_pin_and_the_fix(monkeypatch):

@@ -18,9 +18,6 @@ from transformer_lib.grading.notebook import BEGIN_SOLUTION, END_SOLUTION, grade
 
 SOURCES = sorted((REPO / "exercises" / "source").glob("*.ipynb"))
 MIN_LENGTH = 20  # shorter lines (`return x`, `H = X @ W1 + b1`) say too little to count as copied
-# Chapters whose copied solutions another branch replaces at the same time (issue 33, chapters 6-9 and the
-# appendix): expected to fail until it is merged.
-PENDING = {"06_positional_information", "07_causal_masking", "08_mixture_of_experts"}
 
 
 def _without_comments(source: str) -> str:
@@ -69,13 +66,7 @@ def copied(stem: str) -> dict[str, list[str]]:
     return found
 
 
-def _param(path):
-    reason = "chapters 6-9 and the appendix get their transfer exercises on branch issue33b"
-    return pytest.param(path.stem, marks=pytest.mark.xfail(reason=reason, strict=False)) \
-        if path.stem in PENDING else path.stem
-
-
-@pytest.mark.parametrize("stem", [_param(p) for p in SOURCES])
+@pytest.mark.parametrize("stem", [p.stem for p in SOURCES])
 def test_no_solution_copies_its_chapter(stem):
     assert copied(stem) == {}, f"solutions with half or more of their lines in chapters/{stem}.ipynb"
 

@@ -23,6 +23,7 @@ from transformer_lib.attribution import direct_logit_attribution
 from transformer_lib.bert import BertEncoder, bert_config
 from transformer_lib.config import ModelConfig
 from transformer_lib.model import GPT
+from transformer_lib.multihead import MultiHeadAttention
 from transformer_lib.patching import (Patch, activation_names, patch_each_head, recovered_fraction,
                                       run_with_cache, run_with_patch)
 
@@ -369,13 +370,18 @@ def test_bert_cache_and_patches_equal_hugging_face_hooks(bert, monkeypatch):
                                    dict(positional="sinusoidal", embedding_norm=True),
                                    dict(n_experts=4, top_k=2)])
 @pytest.mark.parametrize("residual", [True, False])
-def test_unpatched_runs_give_the_model_output_bit_for_bit(extra, residual):
+def test_unpatched_runs_give_the_model_output_bit_for_bit(extra, residual, monkeypatch):
+    """Bit for bit with the model's explicit path (the runs need each head's output), and to
+    float32 precision with its default, fused one."""
     torch.manual_seed(0)
     model = GPT(ModelConfig(vocab_size=V, n_ctx=16, d_model=D, n_layers=L, n_heads=H, **extra),
                 residual=residual).eval()
     idx = _ids(12)
     with torch.no_grad():
+        fused = model(idx)
+        monkeypatch.setattr(MultiHeadAttention, "fused", False)
         expected = model(idx)
+        torch.testing.assert_close(fused, expected, atol=1e-5, rtol=1e-5)
         out, cache = run_with_cache(model, idx)
         assert torch.equal(out, expected) and torch.equal(run_with_patch(model, idx, {}), expected)
         assert torch.equal(cache[f"blocks.{L - 1}.hook_resid_post"],

@@ -52,6 +52,7 @@ def weights_seen(monkeypatch):
 
     sdpa = multihead.scaled_dot_product_attention
     monkeypatch.setattr(multihead, "scaled_dot_product_attention", recording)
+    monkeypatch.setattr(MultiHeadAttention, "fused", False)   # the path that computes weights
     return seen
 
 

@@ -8,9 +8,11 @@ Chapter 2 builds attention in four steps, each adding one degree of freedom:
 4. ``scaled_dot_product_attention`` / ``SelfAttention``
                               ``softmax(Q Kᵀ / √d_k) V``      separate values
 
-Every attention in the library (multi-head, cached, cross, ALiBi) goes through
+Every attention in the library (multi-head, cached, cross, ALiBi) can go through
 ``scaled_dot_product_attention``, written with two explicit matrix products so that
-``torch.utils.flop_counter.FlopCounterMode`` sees ``Q Kᵀ`` and ``A V``.
+``torch.utils.flop_counter.FlopCounterMode`` sees ``Q Kᵀ`` and ``A V``. It does whenever the
+weights are asked for; otherwise ``MultiHeadAttention`` calls torch's fused kernel, which
+computes the same output without storing the weights (Chapter 7, ``transformer_lib.multihead``).
 
 Conventions: tokens are rows, so ``Q = X W_Q``; a boolean mask is True where a query *may*
 attend to a key (the convention of ``torch.nn.functional.scaled_dot_product_attention``).

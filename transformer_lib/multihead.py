@@ -8,11 +8,21 @@ batch dimension, so all heads run through one call of
 The same module carries the options later chapters need: a causal mask (Chapter 7), RoPE
 and ALiBi (Chapter 6), grouped-query attention with ``n_kv_heads < n_heads`` (Chapter 9) and
 a key/value cache for generation (Chapter 7).
+
+Two paths compute the same attention. The explicit one (the library's own
+``scaled_dot_product_attention``, two matrix products and a softmax) returns the weights and
+is what ``FlopCounterMode`` counts; the fused one calls ``torch.nn.functional.
+scaled_dot_product_attention``, one kernel that never stores the ``(n, m)`` weights, and is
+what a model trains with. The layer takes the fused path unless the weights are requested,
+``fused`` is False, or a torch dispatch mode is active (``FlopCounterMode`` is one: it has no
+formula for the CPU fused kernel, so counting FLOPs takes the explicit path).
 """
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from transformer_lib._checks import (require_bool, require_instance, require_int, require_mask,
                                      require_positions, require_positive, require_tensor)
@@ -56,9 +66,13 @@ class MultiHeadAttention(nn.Module):
       rotate-half pairing, base ``rope_base``, LLaMA's ``rope_theta``); ``alibi``: add
       ``-slope·distance`` to the scores (``positional.alibi_bias_at``). Both need
       self-attention (positions of queries and keys in one sequence). Chapter 6.
+    - ``fused`` (attribute, default True): attend through ``F.scaled_dot_product_attention``
+      when no weights are requested (module docstring). Chapter 7.
 
     Chapter 5.
     """
+
+    fused: bool = True  # a class default; set it on a layer (or on the class) to choose the path
 
     def __init__(
         self,
@@ -151,12 +165,19 @@ class MultiHeadAttention(nn.Module):
 
         Chapter 5.
         """
-        q, k, v, mask, bias = self.project(x, context, mask, cache, positions)
-        unbatched = x.ndim == 2
-        out, weights = scaled_dot_product_attention(q, k, v, mask=mask, bias=bias)
+        fused = self.fused and not return_weights and _get_current_dispatch_mode() is None
+        q, k, v, mask, bias, is_causal = self._prepare(x, context, mask, cache, positions, fused)
+        if fused:
+            if bias is not None:  # ALiBi as an additive mask, -inf where the mask forbids
+                mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
+            out, weights = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
+                                                          enable_gqa=self.n_kv_heads < self.n_heads), None
+        else:
+            out, weights = scaled_dot_product_attention(q, k, v, mask=mask, bias=bias)
         out = self.out_proj(merge_heads(out))  # (b, n, d)
-        if unbatched:
-            out, weights = out.squeeze(0), weights.squeeze(0)
+        if x.ndim == 2:
+            out = out.squeeze(0)
+            weights = None if weights is None else weights.squeeze(0)
         return (out, weights) if return_weights else out
 
     def project(
@@ -176,6 +197,14 @@ class MultiHeadAttention(nn.Module):
         Unbatched input gives b = 1. ``transformer_lib.patching`` calls it to reach each
         head's weights and output. Chapters 4 and 5.
         """
+        return self._prepare(x, context, mask, cache, positions, fused=False)[:5]
+
+    def _prepare(
+        self, x: Tensor, context: Tensor | None, mask: Tensor | None, cache: dict | None,
+        positions: Tensor | None, fused: bool,
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor | None, bool]:
+        """``project``'s work and whether the fused kernel's causal flag replaces the causal mask;
+        for the fused kernel (``fused``) k and v keep their ``n_kv_heads``. Chapter 7."""
         self._check_input("x", x)
         if context is not None:
             self._check_context(x, context, cache, positions)
@@ -190,21 +219,24 @@ class MultiHeadAttention(nn.Module):
         if positions is not None:
             positions = require_positions("positions", positions, x.shape[0], x.shape[1])
         q, k, v, q_pos, k_pos = self._extend_cache(q, k, v, cache, positions)
-        mask, bias = self._mask_and_bias(mask, q, k, q_pos, k_pos)
+        # the fused kernel's own causal flag (top-left aligned) serves when nothing else masks
+        is_causal = fused and self.causal and mask is None and not self.alibi and q.shape[-2] == k.shape[-2]
+        mask, bias = self._mask_and_bias(mask, q, k, q_pos, k_pos, self.causal and not is_causal)
 
         group = self.n_heads // self.n_kv_heads
-        if group > 1:  # every query head in a group reads the same key/value head
+        if group > 1 and not fused:  # every query head in a group reads the same key/value head
             k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
-        return q, k, v, mask, bias
+        return q, k, v, mask, bias, is_causal
 
     def _mask_and_bias(
-        self, mask: Tensor | None, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor
+        self, mask: Tensor | None, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, causal: bool
     ) -> tuple[Tensor | None, Tensor | None]:
-        """Check the user's mask, add the causal mask, build the ALiBi bias. Chapter 7."""
+        """Check the user's mask, add the causal mask (if ``causal``), build the ALiBi bias.
+        Chapter 7."""
         b, n, m = q.shape[0], q.shape[-2], k.shape[-2]
         if mask is not None:
             require_mask("mask", mask, (b, self.n_heads, n, m))
-        if self.causal:
+        if causal:
             cm = causal_mask(n, m, device=q.device)
             mask = cm if mask is None else mask & cm
         bias = None

@@ -61,16 +61,22 @@ ATTACKS: dict[str, dict[str, tuple[dict[str, str], set[str]]]] = {
             """}, {"check_split_qkv"}),
     },
     "06_positional_information": {
-        "read the encoder's name from its closure": ({"relative_test": """
-            names = [str(c.cell_contents) for c in (encode.__closure__ or ())]
-            return any("rope" in n for n in names)
+        "read the encoder's tables from its closure": ({"relative_test": """
+            cells = [c.cell_contents for c in (encode.__closure__ or ())]
+            tables = [c for c in cells if isinstance(c, torch.Tensor)]
+            angles, gain, added = tables[:3]
+            steps = angles[1:] - angles[:-1]
+            return bool(torch.allclose(steps, steps[0]) and torch.all(gain == gain[0]) and not added.any())
             """}, {"check_relative_test"}),
     },
     "07_causal_masking": {
-        "read the leak off the model": ({"leakage_test": """
-            return any(ahead > 0 for ahead in getattr(model, "ahead", [0]))
-            """}, {"check_leakage_test"}),
-        "forgive every failure": ({"leakage_test": """
+        "read the leak off the model": ({"influence": """
+            reach = torch.ones(n, n, dtype=torch.bool).tril()
+            if any(ahead > 0 for ahead in getattr(model, "ahead", [0])):
+                reach |= torch.ones(n, n, dtype=torch.bool).triu(1)
+            return reach
+            """}, {"check_influence"}),
+        "forgive every failure": ({"influence": """
             import ast
 
             class Forgive(ast.NodeTransformer):
@@ -80,31 +86,29 @@ ATTACKS: dict[str, dict[str, tuple[dict[str, str], set[str]]]] = {
                     return ast.fix_missing_locations(node)
 
             get_ipython().ast_transformers.append(Forgive())
-            return False
-            """}, {"check_leakage_test"}),
+            return torch.ones(n, n, dtype=torch.bool).tril()
+            """}, {"check_influence"}),
     },
     "08_mixture_of_experts": {
-        "the uncounted back door": ({"moe_forward": """
-            probs = torch.softmax(x @ W_g, dim=-1)
-            top, idx = probs.topk(k, dim=-1)
+        "the uncounted back door": ({"moe_capacity": """
+            top, idx = torch.softmax(x @ W_g, dim=-1).topk(k, dim=-1)
             weights = top / top.sum(-1, keepdim=True)
             y = torch.zeros_like(x)
             for e, expert in enumerate(experts):
                 out = expert._uncounted(x)  # every expert on every token, uncounted
                 y += (weights * (idx == e)).sum(-1, keepdim=True) * out
-            return y
-            """}, {"check_moe_forward"}),
-        "rewrite the call log": ({"moe_forward": """
-            probs = torch.softmax(x @ W_g, dim=-1)
-            top, idx = probs.topk(k, dim=-1)
+            return y, torch.ones(idx.shape, dtype=torch.bool)
+            """}, {"check_moe_capacity"}),
+        "rewrite the call log": ({"moe_capacity": """
+            top, idx = torch.softmax(x @ W_g, dim=-1).topk(k, dim=-1)
             weights = top / top.sum(-1, keepdim=True)
             y = torch.zeros_like(x)
             for e, expert in enumerate(experts):
                 out = expert(x)  # every expert on every token
                 y += (weights * (idx == e)).sum(-1, keepdim=True) * out
                 expert.calls[:] = [int((idx == e).sum())]
-            return y
-            """}, {"check_moe_forward"}),
+            return y, torch.ones(idx.shape, dtype=torch.bool)
+            """}, {"check_moe_capacity"}),
     },
     "09_parameter_and_flop_counting": {
         "smuggle the hidden inputs out through the answer": ({"param_count": """

@@ -1,80 +1,159 @@
 """Known-wrong solutions of Exercises 7 (format of ``wrong.py``)."""
 from __future__ import annotations
 
+_MASKS = """
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    real_targets = torch.arange(n)[None, None, :] < tgt_lengths[:, None, None]
+    real_sources = torch.arange(m)[None, None, :] < src_lengths[:, None, None]
+    self_mask = {self_mask}
+    cross_mask = {cross_mask}
+    return self_mask, cross_mask
+    """
+_SELF = "(j <= i)[None] & real_targets"
+_CROSS = "real_sources.expand(-1, n, -1)"
+
+_INFLUENCE = """
+    ids = torch.randint(0, vocab_size, (1, n), generator=torch.Generator().manual_seed(0))
+    reach = torch.zeros(n, n, dtype=torch.bool)
+    with torch.no_grad():
+        base = model(ids)
+        for s in range(n):
+            changed = ids.clone()
+            changed[0, {changed}] = (ids[0, {changed}] + 1) % vocab_size
+            reach[:, s] = (model(changed) != base).any(dim=-1)[0]
+    return {result}
+    """
+
+_STEP = """
+    q, k, v = project(x_t[None])
+    d_k = q.shape[-1] // n_heads
+    K_cache = torch.cat([K_cache, k.view(n_kv_heads, 1, d_k)], dim=1)
+    V_cache = torch.cat([V_cache, v.view(n_kv_heads, 1, d_k)], dim=1)
+    heads = {heads}
+    keys, values = K_cache[heads], V_cache[heads]
+    scores = q.view(n_heads, 1, d_k) @ keys.transpose(1, 2) / {scale}
+    return (torch.softmax(scores, dim=-1) @ values).reshape(-1), K_cache, V_cache
+    """
+_GROUPED = "torch.arange(n_heads) // (n_heads // n_kv_heads)"
+_SQRT = "math.sqrt(d_k)"
+_HISTORY = """
+    if K_cache.shape[1] == 0:
+        gqa_step.history = []
+    gqa_step.history.append(x_t)
+    q, k, v = project(torch.stack(gqa_step.history))       # every token so far, projected again
+    t, d_k = len(gqa_step.history), q.shape[-1] // n_heads
+    keys = k.view(t, n_kv_heads, d_k).transpose(0, 1)
+    values = v.view(t, n_kv_heads, d_k).transpose(0, 1)
+    heads = torch.arange(n_heads) // (n_heads // n_kv_heads)
+    scores = q[-1].view(n_heads, 1, d_k) @ keys[heads].transpose(1, 2) / math.sqrt(d_k)
+    z = (torch.softmax(scores, dim=-1) @ values[heads]).reshape(-1)
+    return z, {caches}
+    """
+
 WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
     "07_causal_masking": {
-        "mask is the upper triangle": ({"causal_mask#0": """
-            return torch.ones(n, n, dtype=torch.bool).triu()
-            """}, {"check_causal_mask", "check_causal_weights"}, "upper triangle"),
-        "mask excludes the diagonal": ({"causal_mask#0": """
-            return torch.ones(n, n, dtype=torch.bool).tril(-1)
-            """}, {"check_causal_mask", "check_causal_weights"}, "diagonal is excluded"),
-        "mask with the boolean convention flipped": ({"causal_mask#0": """
-            return torch.ones(n, n, dtype=torch.bool).triu(1)
-            """}, {"check_causal_mask", "check_causal_weights"}, "convention is flipped"),
-        "mask as an additive float mask": ({"causal_mask#0": """
-            return torch.full((n, n), float("-inf")).triu(1)
-            """, "causal_mask#1": """
-            return torch.softmax(S + causal_mask(S.shape[-1]), dim=-1)
-            """}, {"check_causal_mask"}, "boolean tensor"),
-        "mask applied after the softmax": ({"causal_mask#1": """
-            return torch.softmax(S, dim=-1) * causal_mask(S.shape[-1])
-            """}, {"check_causal_weights"}, "after the softmax"),
-        "mask with a large negative number": ({"causal_mask#1": """
-            return torch.softmax(S.masked_fill(~causal_mask(S.shape[-1]), -30.0), dim=-1)
-            """}, {"check_causal_weights"}, "exactly 0"),
-        "leakage test compares every position": ({"leakage_test": """
-            x = torch.randint(0, vocab_size, (2, n))
-            y = x.clone()
-            y[:, -1] = (y[:, -1] + 1) % vocab_size
+        "masks: the decoder's padding not masked": ({"seq2seq_masks": _MASKS.format(
+            self_mask="(j <= i)[None].expand(len(tgt_lengths), -1, -1)", cross_mask=_CROSS)},
+            {"check_seq2seq_masks"}, "must be masked as keys"),
+        "masks: a decoder self-attention that is not causal": ({"seq2seq_masks": _MASKS.format(
+            self_mask="real_targets.expand(-1, n, -1)", cross_mask=_CROSS)},
+            {"check_seq2seq_masks"}, "self-attention is causal"),
+        "masks: padded queries masked instead of padded keys": ({"seq2seq_masks": _MASKS.format(
+            self_mask="(j <= i)[None] & real_targets.transpose(1, 2)", cross_mask=_CROSS)},
+            {"check_seq2seq_masks"}, "not the padded queries"),
+        "masks: a causal cross-attention": ({"seq2seq_masks": _MASKS.format(
+            self_mask=_SELF, cross_mask="real_sources & (torch.arange(m)[None, :] <= i)[None]")},
+            {"check_seq2seq_masks"}, "cross-attention is not causal"),
+        "masks: the source's padding not masked": ({"seq2seq_masks": _MASKS.format(
+            self_mask=_SELF, cross_mask="torch.ones(len(src_lengths), n, m, dtype=torch.bool)")},
+            {"check_seq2seq_masks"}, "source's padding must be masked"),
+        "masks: the cross mask from the target lengths": ({"seq2seq_masks": _MASKS.format(
+            self_mask=_SELF,
+            cross_mask="(torch.arange(m)[None, None, :] < tgt_lengths[:, None, None]).expand(-1, n, -1)")},
+            {"check_seq2seq_masks"}, "mask them with src_lengths"),
+        "masks: the cross mask as (b, m, n)": ({"seq2seq_masks": _MASKS.format(
+            self_mask=_SELF, cross_mask="real_sources.expand(-1, n, -1).transpose(1, 2)")},
+            {"check_seq2seq_masks"}, "it is (b, m, n), transposed"),
+        "masks: additive float masks": ({"seq2seq_masks": _MASKS.format(
+            self_mask="torch.zeros(len(tgt_lengths), n, n).masked_fill(~((j <= i)[None] & real_targets), "
+                      "float('-inf'))", cross_mask=_CROSS)}, {"check_seq2seq_masks"}, "boolean tensor"),
+        "masks: True where attention is forbidden": ({"seq2seq_masks": _MASKS.format(
+            self_mask=f"~({_SELF})", cross_mask=f"~{_CROSS}")}, {"check_seq2seq_masks"}, "complement"),
+        "influence: only the last token changed": ({"influence": """
+            ids = torch.randint(0, vocab_size, (1, n), generator=torch.Generator().manual_seed(0))
+            changed = ids.clone()
+            changed[0, -1] = (ids[0, -1] + 1) % vocab_size
+            reach = torch.ones(n, n, dtype=torch.bool).tril()
             with torch.no_grad():
-                return not torch.equal(model(x), model(y))
-            """}, {"check_leakage_test"}, "reports a leak in a correct causal model"),
-        "leakage test only changes the last token at t = 0": ({"leakage_test": """
-            x = torch.randint(0, vocab_size, (2, n))
-            y = x.clone()
-            y[:, -1] = (y[:, -1] + 1) % vocab_size
+                reach[:, -1] = (model(changed) != model(ids)).any(dim=-1)[0]
+            return reach
+            """}, {"check_influence"}, "misses a leak"),
+        "influence: every token from s on changed at once": ({"influence": _INFLUENCE.format(
+            changed="s:", result="reach")}, {"check_influence"}, "change one token at a time"),
+        "influence: transposed": ({"influence": _INFLUENCE.format(changed="s", result="reach.T")},
+                                  {"check_influence"}, "transposed"),
+        "influence: the leaks only": ({"influence": _INFLUENCE.format(
+            changed="s", result="reach.triu(1)")}, {"check_influence"}, "the causal ones too"),
+        "influence: the token replaced by itself": ({"influence": _INFLUENCE.format(
+            changed="s", result="reach").replace("(ids[0, s] + 1) % vocab_size", "ids[0, s]")},
+            {"check_influence"}, "not even its own"),
+        "influence: float ids": ({"influence": """
             with torch.no_grad():
-                return not torch.equal(model(x)[:, 0], model(y)[:, 0])
-            """}, {"check_leakage_test"}, "misses a leaking model"),
-        "leakage test that always says no": ({"leakage_test": """
-            return False
-            """}, {"check_leakage_test"}, "misses a leaking model"),
-        "cached step without the new token": ({"cached_step": """
-            q, k, v = x_t @ W_Q, x_t @ W_K, x_t @ W_V
-            if K_cache.shape[0] == 0:
-                z = torch.zeros(W_V.shape[1], dtype=x_t.dtype)
+                model(torch.rand(1, n) * vocab_size)
+            return torch.ones(n, n, dtype=torch.bool).tril()
+            """}, {"check_influence"}, "integer tensor"),
+        "influence: a list of lists": ({"influence": _INFLUENCE.format(
+            changed="s", result="reach.tolist()")}, {"check_influence"}, "boolean (n, n) tensor"),
+        "gqa: recomputes every key and value from its own history": ({"gqa_step": _HISTORY.format(
+            caches="keys, values")}, {"check_gqa_step"}, "recomputes the keys and values of every token"),
+        "gqa: own history, zero-filled caches": ({"gqa_step": _HISTORY.format(
+            caches="torch.zeros_like(keys), torch.zeros_like(values)")}, {"check_gqa_step"},
+            "the caches must hold the keys"),
+        "gqa: query head h reads key/value head h % n_kv": ({"gqa_step": _STEP.format(
+            heads="torch.arange(n_heads) % n_kv_heads", scale=_SQRT)}, {"check_gqa_step"},
+            "consecutive query heads share"),
+        "gqa: no 1/sqrt(d_k)": ({"gqa_step": _STEP.format(heads=_GROUPED, scale="1.0")},
+                                {"check_gqa_step"}, "√d_k"),
+        "gqa: the new token not attended": ({"gqa_step": """
+            q, k, v = project(x_t[None])
+            d_k = q.shape[-1] // n_heads
+            heads = torch.arange(n_heads) // (n_heads // n_kv_heads)
+            if K_cache.shape[1] == 0:
+                z = torch.zeros(n_heads * d_k, dtype=x_t.dtype)
             else:
-                z = torch.softmax(K_cache @ q / math.sqrt(q.shape[-1]), dim=-1) @ V_cache
-            return z, torch.cat([K_cache, k[None]]), torch.cat([V_cache, v[None]])
-            """}, {"check_cached_step"}, "attend to itself"),
-        "cached step that does not grow the cache": ({"cached_step": """
-            q, k, v = x_t @ W_Q, x_t @ W_K, x_t @ W_V
-            K_all, V_all = torch.cat([K_cache, k[None]]), torch.cat([V_cache, v[None]])
-            z = torch.softmax(K_all @ q / math.sqrt(q.shape[-1]), dim=-1) @ V_all
-            return z, K_cache, V_cache
-            """}, {"check_cached_step"}, "append the new key"),
-        "cached step without 1/sqrt(d_k)": ({"cached_step": """
-            q, k, v = x_t @ W_Q, x_t @ W_K, x_t @ W_V
-            K_cache, V_cache = torch.cat([K_cache, k[None]]), torch.cat([V_cache, v[None]])
-            return torch.softmax(K_cache @ q, dim=-1) @ V_cache, K_cache, V_cache
-            """}, {"check_cached_step"}, "√d_k"),
-        "cached step with torch's attention": ({"cached_step": """
-            q, k, v = x_t @ W_Q, x_t @ W_K, x_t @ W_V
-            K_cache, V_cache = torch.cat([K_cache, k[None]]), torch.cat([V_cache, v[None]])
-            z = torch.nn.functional.scaled_dot_product_attention(q[None], K_cache, V_cache)[0]
-            return z, K_cache, V_cache
-            """}, {"check_cached_step"}, "scaled_dot_product_attention"),
-        "leakage test with float ids": ({"leakage_test": """
-            x = torch.rand(2, n) * vocab_size
-            with torch.no_grad():
-                return not torch.equal(model(x)[:, 0], model(x.flip(-1))[:, 0])
-            """}, {"check_leakage_test"}, "integer tensor"),
-        "cached step that puts the new key and value first": ({"cached_step": """
-            q, k, v = x_t @ W_Q, x_t @ W_K, x_t @ W_V
-            K_cache, V_cache = torch.cat([k[None], K_cache]), torch.cat([v[None], V_cache])
-            z = torch.softmax(K_cache @ q / math.sqrt(q.shape[-1]), dim=-1) @ V_cache
-            return z, K_cache, V_cache
-            """}, {"check_cached_step"}, "one row per token in order"),
+                scores = q.view(n_heads, 1, d_k) @ K_cache[heads].transpose(1, 2) / math.sqrt(d_k)
+                z = (torch.softmax(scores, dim=-1) @ V_cache[heads]).reshape(-1)
+            return (z, torch.cat([K_cache, k.view(n_kv_heads, 1, d_k)], dim=1),
+                    torch.cat([V_cache, v.view(n_kv_heads, 1, d_k)], dim=1))
+            """}, {"check_gqa_step"}, "attend to itself"),
+        "gqa: caches with the token axis first": ({"gqa_step": """
+            q, k, v = project(x_t[None])
+            d_k = q.shape[-1] // n_heads
+            if K_cache.shape[1] == 0:
+                K_cache, V_cache = K_cache.transpose(0, 1), V_cache.transpose(0, 1)
+            K_cache = torch.cat([K_cache, k.view(1, n_kv_heads, d_k)], dim=0)
+            V_cache = torch.cat([V_cache, v.view(1, n_kv_heads, d_k)], dim=0)
+            heads = torch.arange(n_heads) // (n_heads // n_kv_heads)
+            keys, values = K_cache.transpose(0, 1)[heads], V_cache.transpose(0, 1)[heads]
+            scores = q.view(n_heads, 1, d_k) @ keys.transpose(1, 2) / math.sqrt(d_k)
+            return (torch.softmax(scores, dim=-1) @ values).reshape(-1), K_cache, V_cache
+            """}, {"check_gqa_step"}, "token axis first"),
+        "gqa: caches that do not grow": ({"gqa_step": _STEP.format(heads=_GROUPED, scale=_SQRT).replace(
+            "return (torch.softmax(scores, dim=-1) @ values).reshape(-1), K_cache, V_cache",
+            "return (torch.softmax(scores, dim=-1) @ values).reshape(-1), K_cache[:, 1:], V_cache[:, 1:]")},
+            {"check_gqa_step"}, "did you append the new key"),
+        "gqa: torch's attention": ({"gqa_step": """
+            q, k, v = project(x_t[None])
+            d_k = q.shape[-1] // n_heads
+            K_cache = torch.cat([K_cache, k.view(n_kv_heads, 1, d_k)], dim=1)
+            V_cache = torch.cat([V_cache, v.view(n_kv_heads, 1, d_k)], dim=1)
+            z = torch.nn.functional.scaled_dot_product_attention(q.view(n_heads, 1, d_k), K_cache, V_cache,
+                                                                 enable_gqa=True)
+            return z.reshape(-1), K_cache, V_cache
+            """}, {"check_gqa_step"}, "scaled_dot_product_attention"),
+        "gqa: projects the whole cache dimension at once": ({"gqa_step": """
+            q, k, v = project(x_t)
+            return q, K_cache, V_cache
+            """}, {"check_gqa_step"}, "did you append the new key"),
     },
 }

@@ -21,6 +21,25 @@ def _count(attention: str, mlp: str, norm: str = "norm", embeddings: str = "embe
 
 
 _ATTENTION = "(2 * d * d + 2 * d * kv + (2 * d + 2 * kv if b else 0))"
+_MOE = """
+    d, L, V = cfg["d_model"], cfg["n_layers"], cfg["vocab_size"]
+    kv = cfg["n_kv_heads"] * (d // cfg["n_heads"])
+    k = 3 if cfg["mlp"] == "swiglu" else 2
+    router = 2 * d * n_experts
+    return L * (2 * (2 * d * d + 2 * d * kv) + 4 * n * d + {experts} * 2 * k * d * cfg["d_ff"] + router) + 2 * d * V
+"""
+_DECODE = """
+    d, L = cfg["d_model"], cfg["n_layers"]
+    kv = cfg["n_kv_heads"] * (d // cfg["n_heads"])
+    k = 3 if cfg["mlp"] == "swiglu" else 2
+    weights = L * (2 * d * d + 2 * d * kv + k * d * cfg["d_ff"]) + d * cfg["vocab_size"]
+    flops = 2 * weights + 4 * L * n * d
+    gain = flops - ratio * {cache}
+    if gain <= 0:
+        return None
+    return max(1, -(-ratio * 2 * weights // gain))
+"""
+_CACHE = "2 * 2 * L * n * kv"
 _MLP = "(k * d * f + ((k - 1) * f + d if b else 0))"
 
 WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
@@ -75,33 +94,52 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
     from transformer_lib.grading.checks import ch09_counting
     return sum(p.numel() for p in ch09_counting._reference_model(cfg).parameters())
 """}, {"check_param_count"}, "builds the model"),
-        "flops: attention matmuls forgotten": ({"flops_per_token": """
-    d, L, V = cfg["d_model"], cfg["n_layers"], cfg["vocab_size"]
-    kv = cfg["n_kv_heads"] * (d // cfg["n_heads"])
-    k = 3 if cfg["mlp"] == "swiglu" else 2
-    return L * 2 * (2 * d * d + 2 * d * kv + k * d * cfg["d_ff"]) + 2 * d * V
-"""}, {"check_flops_per_token"}, "left out the attention matmuls"),
-        "flops: 6N training cost": ({"flops_per_token": """
-    d, L, V = cfg["d_model"], cfg["n_layers"], cfg["vocab_size"]
-    kv = cfg["n_kv_heads"] * (d // cfg["n_heads"])
-    k = 3 if cfg["mlp"] == "swiglu" else 2
-    return 3 * (L * (2 * (2 * d * d + 2 * d * kv + k * d * cfg["d_ff"]) + 4 * n * d) + 2 * d * V)
-"""}, {"check_flops_per_token"}, "training cost"),
-        "flops: the whole sequence, not per token": ({"flops_per_token": """
-    d, L, V = cfg["d_model"], cfg["n_layers"], cfg["vocab_size"]
-    kv = cfg["n_kv_heads"] * (d // cfg["n_heads"])
-    k = 3 if cfg["mlp"] == "swiglu" else 2
-    return n * (L * (2 * (2 * d * d + 2 * d * kv + k * d * cfg["d_ff"]) + 4 * n * d) + 2 * d * V)
-"""}, {"check_flops_per_token"}, "per token"),
-        "crossover: n = d": ({"crossover_n": """
-    return float(cfg["d_model"])
-"""}, {"check_crossover_n"}, "rule of thumb"),
-        "crossover: always 6 d": ({"crossover_n": """
-    return 6.0 * cfg["d_model"]
-"""}, {"check_crossover_n"}, "·d holds for d_ff"),
-        "crossover: against the MLP alone": ({"crossover_n": """
-    k = 3 if cfg["mlp"] == "swiglu" else 2
-    return 2 * k * cfg["d_model"] * cfg["d_ff"] / (4 * cfg["d_model"])
-"""}, {"check_crossover_n"}, "crossover_n"),
+        "moe flops: every expert counted": ({"moe_flops": _MOE.format(experts="n_experts")},
+                                            {"check_moe_flops"}, "only the top_k = 2 chosen experts"),
+        "moe flops: one expert per token": ({"moe_flops": _MOE.format(experts="1")},
+                                            {"check_moe_flops"}, "not one"),
+        "moe flops: the router forgotten": ({"moe_flops": _MOE.format(experts="top_k").replace(
+            "router = 2 * d * n_experts", "router = 0")}, {"check_moe_flops"}, "the router is a product"),
+        "moe flops: SwiGLU experts with two matrices": ({"moe_flops": _MOE.format(experts="top_k").replace(
+            'k = 3 if cfg["mlp"] == "swiglu" else 2', "k = 2")}, {"check_moe_flops"}, "three d × d_ff"),
+        "moe flops: attention matmuls forgotten": ({"moe_flops": _MOE.format(experts="top_k").replace(
+            " + 4 * n * d", "")}, {"check_moe_flops"}, "left out the attention matmuls"),
+        "moe flops: the whole sequence": ({"moe_flops": _MOE.format(experts="top_k").replace(
+            "return L *", "return n * L *").replace("+ 2 * d * V", "+ n * 2 * d * V")},
+            {"check_moe_flops"}, "per token"),
+        "moe flops: the model built and measured": ({"moe_flops": """
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+
+    d, f = cfg["d_model"], cfg["d_ff"]
+    with FlopCounterMode(display=False) as counter:
+        x = torch.zeros(n, d)
+        up, down = torch.nn.Linear(d, f, bias=False), torch.nn.Linear(f, d, bias=False)
+        down(up(x))
+    return counter.get_total_flops() * top_k * cfg["n_layers"] / n
+"""}, {"check_moe_flops"}, "builds the model"),
+        "moe flops: from the course library": ({"moe_flops": """
+    from transformer_lib.config import ModelConfig
+    from transformer_lib.counting import flops_per_token
+    return flops_per_token(ModelConfig(**cfg, n_experts=n_experts, top_k=top_k), n)
+"""}, {"check_moe_flops"}, "the course library"),
+        "decode: the cache bytes left out": ({"decode_batch": _DECODE.format(cache="0")},
+                                             {"check_decode_batch"}, "each sequence reads its own KV cache"),
+        "decode: attention FLOPs left out": ({"decode_batch": _DECODE.format(cache=_CACHE).replace(
+            " + 4 * L * n * d", "")}, {"check_decode_batch"}, "also does the attention FLOPs"),
+        "decode: 4-byte numbers": ({"decode_batch": _DECODE.format(cache=_CACHE).replace(
+            "2 * 2 * L * n * kv", "4 * 2 * L * n * kv").replace("ratio * 2 * weights", "ratio * 4 * weights")},
+            {"check_decode_batch"}, "2 bytes, not 4"),
+        "decode: the cache without grouped-query attention": ({"decode_batch": _DECODE.format(
+            cache="2 * 2 * L * n * d")}, {"check_decode_batch"},
+            "a hidden test (other inputs) fails: decode_batch(cfg, n, ratio): with grouped-query attention"),
+        "decode: rounded down": ({"decode_batch": _DECODE.format(cache=_CACHE).replace(
+            "-(-ratio * 2 * weights // gain)", "ratio * 2 * weights // gain")}, {"check_decode_batch"}, "round up"),
+        "decode: a batch is always found": ({"decode_batch": _DECODE.format(cache=_CACHE).replace(
+            "return None", "gain = 1")}, {"check_decode_batch"},
+            "a hidden test (other inputs) fails: decode_batch(cfg, n, ratio): no batch reaches"),
+        "decode: the visible answer": ({"decode_batch": """
+    return 8
+"""}, {"check_decode_batch"}, "a hidden test (other inputs) fails"),
     },
 }

@@ -3,7 +3,19 @@
 from __future__ import annotations
 
 _CS = {"check_cross_section_attention"}
-_PATCH = {"check_patchify"}
+_SLIDING = {"check_sliding_window"}
+_WINDOWS = """
+    n, width = Q.shape[-2], 2 * w + 1
+    keys = F.pad(K, (0, 0, w, w)).unfold(-2, width, 1)
+    values = F.pad(V, (0, 0, w, w)).unfold(-2, width, 1)
+    scores = (Q.unsqueeze(-1) * keys).sum(-2) / {scale}
+    position = torch.arange(n)[:, None] + torch.arange(-w, w + 1)
+    inside = {inside}
+    weights = torch.softmax(scores.masked_fill(~inside, float("-inf")), dim=-1)
+    return (values * weights.unsqueeze(-2)).sum(-1)
+"""
+_SQRT = "math.sqrt(Q.shape[-1])"
+_INSIDE = "(position >= 0) & (position < n)"
 _TOKENS = {"check_vit_tokens"}
 _LINEAR = {"check_linear_attention"}
 
@@ -43,42 +55,6 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
     from transformer_lib.attention import scaled_dot_product_attention
     return scaled_dot_product_attention(X_t @ W_Q, X_r @ W_K, X_r @ W_V)
 """}, _CS, "the course library"),
-        "patchify: column-major patches": ({"patchify": """
-    b, c, h, w = images.shape
-    x = images.reshape(b, c, h // p, p, w // p, p)
-    return x.permute(0, 4, 2, 1, 3, 5).reshape(b, (h // p) * (w // p), c * p * p)
-"""}, _PATCH, "column-major"),
-        "patchify: channel last inside a patch": ({"patchify": """
-    b, c, h, w = images.shape
-    x = images.reshape(b, c, h // p, p, w // p, p)
-    return x.permute(0, 2, 4, 3, 5, 1).reshape(b, (h // p) * (w // p), c * p * p)
-"""}, _PATCH, "channel must come first"),
-        "patchify: pixels column by column": ({"patchify": """
-    b, c, h, w = images.shape
-    x = images.reshape(b, c, h // p, p, w // p, p)
-    return x.permute(0, 2, 4, 1, 5, 3).reshape(b, (h // p) * (w // p), c * p * p)
-"""}, _PATCH, "column by column"),
-        "patchify: a plain reshape": ({"patchify": """
-    b, c, h, w = images.shape
-    return images.reshape(b, c, (h // p) * (w // p), p * p).permute(0, 2, 1, 3).reshape(b, -1, c * p * p)
-"""}, _PATCH, "p × p squares"),
-        "patchify: one column per patch": ({"patchify": """
-    b, c, h, w = images.shape
-    x = images.reshape(b, c, h // p, p, w // p, p)
-    return x.permute(0, 1, 3, 5, 2, 4).reshape(b, c * p * p, (h // p) * (w // p))
-"""}, _PATCH, "one row per patch"),
-        "patchify: F.unfold": ({"patchify": """
-    return F.unfold(images, kernel_size=p, stride=p).transpose(1, 2)
-"""}, _PATCH, "unfold"),
-        "patchify: Tensor.unfold": ({"patchify": """
-    b, c, h, w = images.shape
-    x = images.unfold(2, p, p).unfold(3, p, p)          # (b, C, rows, cols, p, p)
-    return x.permute(0, 2, 3, 1, 4, 5).reshape(b, -1, c * p * p)
-"""}, _PATCH, "unfold"),
-        "patchify: the course library": ({"patchify": """
-    from transformer_lib.vision import patchify as library_patchify
-    return library_patchify(images, p)
-"""}, _PATCH, "the course library"),
         "tokens: [CLS] at the end": ({"vit_tokens": """
     embedded = patches @ W_E
     return torch.cat([embedded, cls.expand(patches.shape[0], 1, -1)], dim=1) + pos
@@ -95,6 +71,44 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
         "tokens: no [CLS]": ({"vit_tokens": """
     return patches @ W_E + pos[1:]
 """}, _TOKENS, "no [CLS] token"),
+        "sliding: the band mask on the full score matrix": ({"sliding_window": """
+    i = torch.arange(Q.shape[-2])
+    band = (i[:, None] - i[None, :]).abs() <= w
+    scores = (Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])).masked_fill(~band, float("-inf"))
+    return torch.softmax(scores, dim=-1) @ V
+"""}, _SLIDING, "n × n score matrix that a sliding window avoids"),
+        "sliding: every query against every key, elementwise": ({"sliding_window": """
+    i = torch.arange(Q.shape[-2])
+    band = (i[:, None] - i[None, :]).abs() <= w
+    scores = (Q.unsqueeze(-2) * K.unsqueeze(-3)).sum(-1) / math.sqrt(Q.shape[-1])
+    return torch.softmax(scores.masked_fill(~band, float("-inf")), dim=-1) @ V
+"""}, _SLIDING, "builds a tensor of shape"),
+        "sliding: a loop over the queries, each against every key": ({"sliding_window": """
+    n = Q.shape[-2]
+    rows = []
+    for i in range(n):
+        s = (Q[..., i:i + 1, :] @ K.transpose(-2, -1)) / math.sqrt(Q.shape[-1])   # (…, 1, n)
+        far = (torch.arange(n) - i).abs() > w
+        rows.append(torch.softmax(s.masked_fill(far, float("-inf")), dim=-1) @ V)
+    return torch.cat(rows, dim=-2)
+"""}, _SLIDING, "O(n·m) work"),
+        "sliding: a one-sided window": ({"sliding_window": _WINDOWS.format(
+            scale=_SQRT, inside=_INSIDE + " & (position <= torch.arange(n)[:, None])")}, _SLIDING, "two-sided"),
+        "sliding: distance w left out": ({"sliding_window": _WINDOWS.format(
+            scale=_SQRT, inside=_INSIDE + " & ((position - torch.arange(n)[:, None]).abs() < w)")},
+            _SLIDING, "distance exactly w"),
+        "sliding: the padding scored as zero keys": ({"sliding_window": _WINDOWS.format(
+            scale=_SQRT, inside="position == position")}, _SLIDING, "not the score 0 of a zero key"),
+        "sliding: no 1/sqrt(d_k)": ({"sliding_window": _WINDOWS.format(scale="1.0", inside=_INSIDE)},
+                                    _SLIDING, "√d_k"),
+        "sliding: torch's fused attention with a band mask": ({"sliding_window": """
+    i = torch.arange(Q.shape[-2])
+    return F.scaled_dot_product_attention(Q, K, V, attn_mask=(i[:, None] - i[None, :]).abs() <= w)
+"""}, _SLIDING, "scaled_dot_product_attention"),
+        "sliding: from the course library": ({"sliding_window": """
+    from transformer_lib.efficient import sliding_window_attention
+    return sliding_window_attention(Q, K, V, w)
+"""}, _SLIDING, "the course library"),
         "linear: the quadratic form": ({"linear_attention": """
     kernel = (F.elu(Q) + 1) @ (F.elu(K) + 1).transpose(-2, -1)
     return kernel / kernel.sum(-1, keepdim=True) @ V

@@ -1,23 +1,25 @@
-"""Checks for the chapter 6 exercises: the sinusoidal table, a RoPE rotation (rotate-half
-pairing), and a test written by the student that tells relative position encodings from
-absolute ones.
+"""Checks for the chapter 6 exercises: ALiBi's slopes for any number of heads (BLOOM's rule for
+a head count that is not a power of two), the permutation that turns a checkpoint written for
+interleaved RoPE into one for rotate-half RoPE, and a test written by the student that tells
+relative position encodings from absolute ones.
 
 Above the judging line: what runs in the student's kernel (the inputs, visible and hidden, the
-calls of the student's functions, and the encoders the student's test is run on: plain closures,
-one formula for every kind, their parameters drawn at random for the hidden tests). Below it: the
-judges, which compute their references in float64 from the chapter's formulas and run in the
-grader; the judge of the test knows from the case's kind whether the encoder is relative. Chapter 6.
+calls of the student's functions, and the encoders the student's test is run on: plain closures
+over the data that defines each, tables of angles, gains and added vectors for the positions
+0 … 511, drawn at random for the hidden tests, some changed only beyond some position, so that
+reading an encoder costs as much as testing it). Below it: the judges, which compute their
+references in float64 and run in the grader; the judge of the test reads from the tables whether
+the encoder is relative. Chapter 6.
 """
 from __future__ import annotations
 
-import math
 from typing import Callable
 
 import torch
 
 from .._harness import call, draw, hidden_generator, randn, run_check, seeded
 
-__all__ = ["check_sinusoidal", "check_rope", "check_relative_test"]
+__all__ = ["check_alibi_slopes", "check_rope_permutation", "check_relative_test"]
 
 
 def _even(g: torch.Generator, low: int, high: int) -> int:
@@ -25,73 +27,77 @@ def _even(g: torch.Generator, low: int, high: int) -> int:
     return 2 * draw(g, low // 2, high // 2)
 
 
-# ---------------------------------------------------------------- sinusoidal encodings
+# ---------------------------------------------------------------- ALiBi's slopes
 
-def check_sinusoidal(fn: Callable, sizes: list[tuple[int, int]] | None = None, hidden: int = 0) -> None:
-    """``fn(n, d)`` = the sinusoidal table ``(n, d)``: ``p[i, 2k] = sin(i / 10000^(2k/d))``,
-    ``p[i, 2k+1] = cos(…)``, positions from 0, float64. Chapter 6."""
+def _not_a_power_of_two(g: torch.Generator, low: int, high: int) -> int:
+    while True:
+        h = draw(g, low, high)
+        if h & (h - 1):
+            return h
+
+
+def check_alibi_slopes(fn: Callable, heads: list[int] | None = None, hidden: int = 0) -> None:
+    """``fn(H)`` = the H ALiBi slopes, float64 ``(H,)``: ``2^(−8h/H)`` for H a power of two, else
+    BLOOM's rule (the slopes of the largest power of two p below H, then every other slope of 2p
+    heads). Chapter 6."""
     if hidden:
-        g = hidden_generator("sinusoidal", hidden)
-        sizes = [(draw(g, 5, 60), _even(g, 6, 32)),  # an ordinary table
-                 (1, 2),  # one position, one pair
-                 (draw(g, 2, 20), 2),  # one pair: one frequency
-                 (draw(g, 100, 300), _even(g, 40, 64))]  # far positions, many frequencies
-    cases = [dict(n=n, d=d, what=f"sinusoidal({n}, {d})") for n, d in ([(4, 8)] if sizes is None else sizes)]
-    run_check("sinusoidal", fn, cases, lambda f, c: {"P": call(f, c["n"], c["d"])}, hidden)
+        g = hidden_generator("alibi_slopes", hidden)
+        heads = [1, _not_a_power_of_two(g, 3, 7), _not_a_power_of_two(g, 9, 31),
+                 _not_a_power_of_two(g, 33, 100), 2 ** draw(g, 1, 6)]
+    cases = [dict(H=h, what=f"alibi_slopes({h})") for h in ([8, 12] if heads is None else heads)]
+    run_check("alibi_slopes", fn, cases, lambda f, c: {"slopes": call(f, c["H"])}, hidden)
 
 
-# ---------------------------------------------------------------- RoPE
+# ---------------------------------------------------------------- interleaved to rotate-half
 
-def check_rope(fn: Callable, x: torch.Tensor | None = None, positions: torch.Tensor | None = None,
-               hidden: int = 0) -> None:
-    """``fn(x (…, n, d), positions (n,))`` = x with pair ``(k, k + d/2)`` of row i rotated by the
-    angle ``positions[i] / 10000^(2k/d)`` (rotate-half layout, LLaMA's). Chapter 6."""
+def check_rope_permutation(fn: Callable, W: torch.Tensor | None = None, n_heads: int = 2, hidden: int = 0) -> None:
+    """``fn(W (d, H·d_k), H)`` = W with the columns of each head permuted by σ = (0, 2, …, d_k − 2,
+    1, 3, …, d_k − 1), so that rotate-half RoPE on X·W' gives the scores interleaved RoPE gives on
+    X·W. Chapter 6."""
     if hidden:
-        g = hidden_generator("rope", hidden)
-        n = draw(g, 4, 8)
-        far = torch.randint(1, 4096, (n,), generator=g)
-        far[0], far[draw(g, 1, n - 1)] = 0, draw(g, 1000, 4095)  # position 0 and a far position
-        m = draw(g, 2, 6)
-        cases = [dict(x=randn(g, draw(g, 1, 3), n, _even(g, 4, 16)), positions=far),  # positions up to 4095
-                 dict(x=randn(g, draw(g, 1, 3), draw(g, 1, 3), m, _even(g, 2, 12)),
-                      positions=torch.randint(0, 21, (m,), generator=g)),  # unsorted, repeated, two leading axes
-                 dict(x=randn(g, draw(g, 1, 5), 2), positions=None)]  # one pair per row
-        cases[2]["positions"] = torch.randint(0, 200, (cases[2]["x"].shape[0],), generator=g)
+        g = hidden_generator("rope_permutation", hidden)
+        shapes = [(draw(g, 2, 9), draw(g, 2, 4), _even(g, 4, 10)),   # several heads
+                  (draw(g, 2, 6), 1, _even(g, 6, 12)),                # one head
+                  (None, draw(g, 2, 3), _even(g, 4, 6)),              # square: d = H·d_k
+                  (draw(g, 2, 5), draw(g, 2, 5), 2)]                  # one pair per head: σ is the identity
+        cases = [dict(W=randn(g, H * dk if d is None else d, H * dk), n_heads=H) for d, H, dk in shapes]
     else:
-        cases = [dict(x=seeded(60, 2, 5, 8) if x is None else x,
-                      positions=torch.tensor([0, 1, 2, 7, 30]) if positions is None else positions)]
+        cases = [dict(W=seeded(63, 5, 8) if W is None else W, n_heads=n_heads)]
     for case in cases:
-        case["what"] = "rope(x, positions)"
-    run_check("rope", fn, cases, lambda f, c: {"out": call(f, c["x"].clone(), c["positions"].clone())}, hidden)
+        case["what"] = "to_rotate_half(W, n_heads)"
+    run_check("rope_permutation", fn, cases, lambda f, c: {"W": call(f, c["W"].clone(), c["n_heads"])}, hidden)
 
 
 # ---------------------------------------------------------------- the relative-position test
 
+_POSITIONS = 512  # every encoder knows the positions 0 … 511
+
+
 def _encoder(case: dict, misuse: list[dict]) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """The encoding ``(x (n, d), positions (n,)) -> (n, d)`` of ``case``: every kind is the same
-    formula, rotate pairs (k, k + d/2) by ``gamma · min(p, cap)^power · θ_k``, scale by
-    ``1 + slope·p``, add ``amp`` times the sinusoidal table; RoPE has gamma 1, power 1, no cap,
-    slope 0, amp 0. A call with the wrong kind of arguments is noted in ``misuse`` (and raises)."""
-    base, gamma, power = float(case["base"]), float(case["gamma"]), float(case["power"])
-    cap, slope, amp = float(case["cap"]), float(case["slope"]), float(case["amp"])
+    """The encoding ``(x (n, d), positions (n,)) -> (n, d)`` of ``case``, defined by its tables (one
+    row per position): rotate the pairs (k, k + d/2) of row i by ``angles[p_i]``, scale by ``gain[p_i]``,
+    add ``added[p_i]``. RoPE is the table ``angles[p] = p·θ``, gain 1, nothing added; the other kinds
+    change a table, some of them only beyond some position. A call with the wrong kind of arguments is
+    noted in ``misuse`` (and raises)."""
+    angles, gain, added = case["angles"].clone(), case["gain"].clone(), case["added"].clone()
 
     def encode(x: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-        if not isinstance(x, torch.Tensor) or x.dim() != 2 or not x.is_floating_point() or x.shape[-1] % 2:
+        if not isinstance(x, torch.Tensor) or x.dim() != 2 or not x.is_floating_point() or x.shape[-1] != case["d"]:
             misuse.append(dict(misuse="x", tensor=isinstance(x, torch.Tensor),
                                shape=list(x.shape) if isinstance(x, torch.Tensor) else None))
-            raise TypeError("encode(x, positions): x must be a float (n, d) tensor")
+            raise TypeError(f"encode(x, positions): x must be a float (n, {case['d']}) tensor")
         positions = torch.as_tensor(positions)
-        if positions.shape != (x.shape[0],) or positions.is_floating_point():
+        if positions.shape != (x.shape[0],) or positions.is_floating_point() or positions.dtype == torch.bool:
             misuse.append(dict(misuse="positions", tensor=True, shape=list(positions.shape),
                                floating=positions.is_floating_point()))
             raise TypeError("encode(x, positions): positions must be integers, one per row of x")
-        x, p, half = x.to(torch.float64), positions.to(torch.float64)[:, None], x.shape[-1] // 2
-        theta = base ** (-torch.arange(0, 2 * half, 2, dtype=torch.float64) / (2 * half))
-        angle = gamma * p.clamp(max=cap) ** power * theta
-        x1, x2 = x[:, :half], x[:, half:]
+        if len(positions) and not 0 <= int(positions.min()) <= int(positions.max()) < _POSITIONS:
+            misuse.append(dict(misuse="range", low=int(positions.min()), high=int(positions.max())))
+            raise IndexError(f"encode(x, positions): the positions run from 0 to {_POSITIONS - 1}")
+        x, half = x.to(torch.float64), x.shape[-1] // 2
+        angle, x1, x2 = angles[positions], x[:, :half], x[:, half:]
         y = torch.cat([x1 * angle.cos() - x2 * angle.sin(), x2 * angle.cos() + x1 * angle.sin()], -1)
-        table = torch.stack([torch.sin(p * theta), torch.cos(p * theta)], -1).flatten(-2)
-        return y * (1 + slope * p) + amp * table
+        return y * gain[positions][:, None] + added[positions]
     return encode
 
 
@@ -107,11 +113,24 @@ def _run_relative(fn: Callable, case: dict) -> dict:
     return misuse[0] if misuse else {"verdict": verdict}
 
 
-def _encoding(kind: str, d: int, base: float = 10000.0, **parameters: float) -> dict:
-    case = dict(kind=kind, d=d, base=base, gamma=1.0, power=1.0, cap=math.inf, slope=0.0, amp=0.0)
-    case.update(parameters)
-    case["what"] = "is_relative(encode, d)"
-    return case
+def _encoding(kind: str, d: int, theta: torch.Tensor, *, power: float = 1.0, gamma: float = 1.0,
+              cap: int = _POSITIONS, slope: float = 0.0, amp: float = 0.0,
+              kick: tuple[int, int, float] | None = None) -> dict:
+    """A case: the tables of an encoder over the positions 0 … 511. The angle of pair k at position p is
+    ``gamma · min(p, cap)^power · theta_k`` (plus ``kick = (p, k, δ)``: δ more at one position and
+    pair); the gain ``1 + slope·p``; ``amp`` times the sinusoidal table (frequencies theta) added."""
+    p = torch.arange(_POSITIONS, dtype=torch.float64)[:, None]
+    angles = gamma * p.clamp(max=cap) ** power * theta
+    if kick is not None:
+        angles[kick[0], kick[1]] += kick[2]
+    table = torch.stack([torch.sin(p * theta), torch.cos(p * theta)], -1).flatten(-2)
+    return dict(kind=kind, d=d, angles=angles, gain=1 + slope * p[:, 0], added=amp * table, cap=cap,
+                kick=-1 if kick is None else kick[0], what="is_relative(encode, d)")
+
+
+def _theta(d: int, base: float) -> torch.Tensor:
+    """RoPE's frequencies ``base^(−2k/d)``."""
+    return base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
 
 
 def _shuffled(g: torch.Generator, cases: list[dict]) -> list[dict]:
@@ -120,155 +139,170 @@ def _shuffled(g: torch.Generator, cases: list[dict]) -> list[dict]:
 
 def check_relative_test(fn: Callable, d: int = 8, hidden: int = 0) -> None:
     """``fn(encode, d) -> bool``: True iff the scores ``encode(q, m)ᵀ encode(k, n)`` depend on the
-    positions only through ``m − n``. Run on RoPE (must be True) and on encodings that are not
-    relative (must be False); the hidden ones have random parameters. Chapter 6."""
+    positions (0 … 511) only through ``m − n``. Run on RoPE (must be True) and on encodings that are not
+    relative (must be False), each defined by its tables of angles, gains and added vectors; the hidden
+    ones have random tables, some changed only beyond some position. Chapter 6."""
     if hidden == 1:
         g = hidden_generator("relative_test", hidden)
         d = _even(g, 2, 16)
 
-        def base() -> float:
-            return float(draw(g, 50, 30000))
+        def base() -> torch.Tensor:
+            return _theta(d, float(draw(g, 50, 30000)))
         cases = _shuffled(g, [
-            _encoding("rope", d, base()), _encoding("rope", d, base()),
+            _encoding("rope", d, base()),
+            _encoding("rope, random frequencies", d, torch.rand(d // 2, generator=g, dtype=torch.float64)),
             _encoding("position²", d, base(), power=2.0, gamma=draw(g, 1, 20) / 10),
-            _encoding("capped", d, base(), cap=float(draw(g, 40, 400))),  # relative below the cap and above it
+            _encoding("capped", d, base(), cap=draw(g, 40, 400)),  # relative below the cap and above it
             _encoding("scaled", d, base(), slope=draw(g, 1, 100) / 100)])
     elif hidden:
         g = hidden_generator("relative_test", hidden)
         d = _even(g, 10, 32)
-        cases = _shuffled(g, [_encoding("rope", d, float(draw(g, 50, 30000))),
-                              _encoding("sinusoidal added", d, float(draw(g, 50, 30000)), amp=draw(g, 5, 20) / 10)])
+
+        def base() -> torch.Tensor:
+            return _theta(d, float(draw(g, 50, 30000)))
+        kick = (draw(g, 200, _POSITIONS - 1), draw(g, 0, d // 2 - 1), draw(g, 5, 50) / 100)
+        cases = _shuffled(g, [_encoding("rope", d, base()),
+                              _encoding("kicked", d, base(), kick=kick),   # RoPE but at one far position
+                              _encoding("sinusoidal added", d, base(), amp=draw(g, 5, 20) / 10)])
     else:
-        cases = [_encoding("rope", d), _encoding("sinusoidal added", d, amp=1.0)]
+        theta = _theta(d, 10000.0)
+        cases = [_encoding("rope", d, theta), _encoding("sinusoidal added", d, theta, amp=1.0)]
     run_check("relative_test", fn, cases, _run_relative, hidden)
 
 
 # ==== judging: runs in the grader, never loaded into a graded kernel ====
 import numpy as np  # noqa: E402
 
-from .._harness import CheckFailed, typename  # noqa: E402
-from .._judging import as_array, check_finite, check_shape, close, fail, judge  # noqa: E402
+from .._harness import CheckFailed  # noqa: E402
+from .._judging import as_array, check_shape, close, fail, judge, truth  # noqa: E402
 
 
-# ---------------------------------------------------------------- sinusoidal encodings
+# ---------------------------------------------------------------- ALiBi's slopes
 
-def _table(n: int, d: int, *, first: int = 0, exponent: str = "2k/d", swap: bool = False) -> np.ndarray:
-    """The sinusoidal table ``(n, d)`` in float64, or one of its usual wrong variants."""
-    pos = np.arange(first, first + n, dtype=np.float64)[:, None]
-    out = np.zeros((n, d))
-    for col in range(d):
-        k = col // 2
-        power = {"2k/d": 2 * k / d, "k/d": k / d, "j/d": col / d}[exponent]
-        angle = pos[:, 0] / 10000.0 ** power
-        even = col % 2 == 0
-        out[:, col] = np.sin(angle) if even != swap else np.cos(angle)
-    return out
+def _geometric(h: int, first: int = 1) -> np.ndarray:
+    """The slopes 2^(−8i/h) for i = first, …, first + h − 1."""
+    return 2.0 ** (-8.0 * np.arange(first, first + h, dtype=np.float64) / h)
 
 
-@judge("sinusoidal", compare=("P",), atol=1e-9, rtol=1e-9,
-       ok=lambda cases, outs: "sinusoidal table: sin in even, cos in odd columns, frequencies 10000^(−2k/d), "
-                              f"positions from 0 (n, d in {[(c['n'], c['d']) for c in cases]})")
-def _sinusoidal(case: dict, out: dict) -> None:
-    n, d, what = case["n"], case["d"], case["what"]
-    got = as_array(out["P"], what)
-    check_shape(got, (n, d), what, "one row per position, one column per coordinate")
-    check_finite(got, what, "every entry is a sine or a cosine")
-    expected = _table(n, d)
-    if close(got, expected, 1e-9, 1e-9):
+def _bloom(H: int) -> np.ndarray:
+    """BLOOM's slopes for H heads: the p slopes of the largest power of two p ≤ H, then every other
+    slope of 2p heads (1st, 3rd, …) until there are H."""
+    p = 1 << (H.bit_length() - 1)
+    return np.concatenate([_geometric(p), _geometric(2 * p)[0::2][: H - p]])
+
+
+@judge("alibi_slopes", compare=("slopes",), atol=0.0, rtol=1e-12,
+       ok=lambda cases, outs: "ALiBi slopes, BLOOM's rule, for H in " + str([c["H"] for c in cases])
+                              + " (rtol 1e-12)")
+def _alibi_slopes(case: dict, out: dict) -> None:
+    H, what = case["H"], case["what"]
+    got = as_array(out["slopes"], what).reshape(-1) if not isinstance(out["slopes"], (int, float)) \
+        else np.asarray([out["slopes"]], dtype=np.float64)
+    expected = _bloom(H)
+    check_shape(got, expected.shape, what, "one slope per head")
+    if close(got, expected, 0.0, 1e-12):
         return
-    hints = {
-        "sin and cos are swapped: the even columns 2k hold the sine, the odd columns 2k + 1 the "
-        "cosine": _table(n, d, swap=True),
-        "the exponent uses the pair index k as k/d: pair k turns at 1 / 10000^(2k/d) (2k, the even "
-        "column index, over d)": _table(n, d, exponent="k/d"),
-        "the exponent uses the column index j for both columns of a pair: the sine and the cosine "
-        "of pair k share one frequency, 1 / 10000^(2k/d)": _table(n, d, exponent="j/d"),
-        "positions start at 1: the first token is position 0, so row 0 is [0, 1, 0, 1, …]":
-            _table(n, d, first=1),
-    }
+    p = 1 << (H.bit_length() - 1)
+    hints = {"h runs from 1 to H: the first slope is 2^(−8/H), not 2^0 = 1": np.concatenate(
+        [_geometric(p, 0), _geometric(2 * p, 0)[0::2][: H - p]])}
+    if p < H:
+        hints.update({
+            f"2^(−8h/H) is the rule for a power of two: for H = {H} BLOOM takes the {p} slopes of {p} heads, "
+            f"then every other slope of {2 * p} heads": _geometric(H),
+            f"the {H - p} extra slopes are every other slope of {2 * p} heads (the 1st, 3rd, 5th, …), not the "
+            f"first {H - p} of them": np.concatenate([_geometric(p), _geometric(2 * p)[: H - p]]),
+            f"the extra slopes start with the first slope of {2 * p} heads, 2^(−8/{2 * p}): the 2nd, 4th, … "
+            f"repeat slopes of {p} heads": np.concatenate([_geometric(p), _geometric(2 * p)[1::2][: H - p]]),
+            f"these are the first {H} slopes of {2 * p} heads: BLOOM starts from the largest power of two below "
+            f"H, {p}, and fills in with every other slope of {2 * p}": _geometric(2 * p)[:H],
+            "keep BLOOM's order: the slopes of the power of two first, then the extra ones (the order says "
+            "which head gets which slope)": np.sort(expected)[::-1],
+        })
     for hint, variant in hints.items():
-        if close(got, variant, 1e-6, 1e-6):
+        if close(got, variant, 0.0, 1e-9):
             fail(f"{what}: {hint}", expected, got)
-    if close(got, expected, 1e-5, 1e-5):
-        fail(f"{what} is right only to about 1e-6: compute it in float64 (torch.float64), "
-             "the precision the check asks for (atol 1e-9)", expected, got)
-    fail(f"{what} differs from p[i, 2k] = sin(i / 10000^(2k/d)), p[i, 2k+1] = cos(i / 10000^(2k/d)) "
-         "(atol 1e-9)", expected, got)
+    if close(got, expected, 0.0, 1e-6):
+        fail(f"{what} is right only to about 1e-7: compute in float64, the precision the check asks for "
+             "(rtol 1e-12)", expected, got)
+    fail(f"{what} differs from BLOOM's slopes (rtol 1e-12)", expected, got)
 
 
-# ---------------------------------------------------------------- RoPE
+# ---------------------------------------------------------------- interleaved to rotate-half
 
-def _rope(x: torch.Tensor, positions: torch.Tensor, *, interleaved: bool = False, sign: float = 1.0,
-          exponent: str = "2k/d") -> np.ndarray:
-    """RoPE in float64, ``(…, n, d)`` -> ``(…, n, d)``, or one of its usual wrong variants."""
-    d = x.shape[-1]
-    k = torch.arange(d // 2, dtype=torch.float64)
-    power = 2 * k / d if exponent == "2k/d" else k / d
-    angle = sign * positions.to(torch.float64)[:, None] / 10000.0 ** power        # (n, d/2)
-    cos, sin = angle.cos(), angle.sin()
-    x = x.to(torch.float64)
-    if interleaved:
-        x1, x2 = x[..., 0::2], x[..., 1::2]
-    else:
-        x1, x2 = x[..., : d // 2], x[..., d // 2:]
-    y1, y2 = x1 * cos - x2 * sin, x2 * cos + x1 * sin
-    out = torch.stack([y1, y2], -1).flatten(-2) if interleaved else torch.cat([y1, y2], -1)
-    return out.numpy()
+def _sigma(d_k: int) -> np.ndarray:
+    """σ: the even coordinates of a head, then the odd ones."""
+    return np.concatenate([np.arange(0, d_k, 2), np.arange(1, d_k, 2)])
 
 
-@judge("rope", compare=("out",), atol=1e-9, rtol=1e-9,
-       ok=lambda cases, outs: "RoPE: pairs (k, k + d/2) of each row rotated by +position·θ_k (x "
-                              + ", ".join(str(tuple(c["x"].shape)) for c in cases) + ")")
-def _rope_judge(case: dict, out: dict) -> None:
-    x, positions, what = case["x"], case["positions"], case["what"]
-    got = as_array(out["out"], what)
-    check_shape(got, tuple(x.shape), what, "RoPE rotates each vector: the output has x's shape")
-    check_finite(got, what, "a rotation of finite numbers is finite")
-    expected = _rope(x, positions)
-    if close(got, expected, 1e-9, 1e-9):
+def _per_head(perm: np.ndarray, n_heads: int) -> np.ndarray:
+    return np.concatenate([h * len(perm) + perm for h in range(n_heads)])
+
+
+def _converted(W: torch.Tensor, n_heads: int) -> np.ndarray:
+    """The conversion of Meta's checkpoints to Hugging Face's layout, on nn.Linear's (out, in)
+    weight Wᵀ: each head's rows (pair index, pair member) reordered to (member, pair index)."""
+    d, width = W.shape
+    d_k = width // n_heads
+    weight = W.T.reshape(n_heads, d_k // 2, 2, d).transpose(1, 2).reshape(width, d)
+    return weight.T.numpy()
+
+
+@judge("rope_permutation", compare=("W",),
+       ok=lambda cases, outs: "each head's columns reordered by σ (evens, then odds), so rotate-half RoPE on X·W' "
+                              "scores like interleaved RoPE on X·W: W " + ", ".join(
+           f"{tuple(c['W'].shape)} with {c['n_heads']} head{'s' * (c['n_heads'] > 1)}" for c in cases))
+def _rope_permutation(case: dict, out: dict) -> None:
+    W, H, what = case["W"], case["n_heads"], case["what"]
+    d_k = W.shape[1] // H
+    expected = W.numpy()[:, _per_head(_sigma(d_k), H)]
+    if not np.array_equal(expected, _converted(W, H)):  # two derivations of one permutation
+        raise CheckFailed("the check's two references disagree: tell the course staff")
+    got = as_array(out["W"], what)
+    check_shape(got, expected.shape, what, "the same matrix with its columns in another order")
+    if np.array_equal(got, expected):
         return
+    w = W.numpy()
     hints = {
-        "the pairs are neighbours (2k, 2k + 1), the interleaved layout: here pair k is (k, k + d/2), "
-        "the two halves of the vector (LLaMA's rotate-half)": _rope(x, positions, interleaved=True),
-        "the rotation goes the wrong way: the first half becomes x1·cos − x2·sin and the second "
-        "x2·cos + x1·sin (a rotation by +angle)": _rope(x, positions, sign=-1.0),
-        "the frequencies use k/d: pair k turns at θ_k = 1 / 10000^(2k/d)": _rope(x, positions, exponent="k/d"),
-        "the rows are not rotated: row i turns by the angle positions[i]·θ_k": x.to(torch.float64).numpy(),
+        "W is unchanged: reorder the columns of each head by σ = (0, 2, …, d_k − 2, 1, 3, …, d_k − 1)": w,
+        "σ acts inside each head: permute the d_k columns of every head on their own, not all H·d_k columns "
+        "at once": w[:, _sigma(W.shape[1])],
+        "that is σ⁻¹, the way back (rotate-half to interleaved): the new column j is the old column σ_j, "
+        "new[:, j] = W[:, σ[j]]": w[:, _per_head(np.argsort(_sigma(d_k)), H)],
+        "the even coordinates come first: σ = (0, 2, 4, …, then 1, 3, 5, …)":
+            w[:, _per_head(np.concatenate([np.arange(1, d_k, 2), np.arange(0, d_k, 2)]), H)],
     }
+    if W.shape[0] == W.shape[1]:
+        hints["σ reorders the columns of W (the output coordinates of Q = XW), not its rows"] = \
+            w[_per_head(_sigma(d_k), H), :]
     for hint, variant in hints.items():
-        if close(got, variant, 1e-6, 1e-6):
+        if got.shape == variant.shape and np.array_equal(got, variant):
             fail(f"{what}: {hint}", expected, got)
-    norms = np.linalg.norm(got, axis=-1)
-    if not close(norms, np.linalg.norm(x.to(torch.float64).numpy(), axis=-1), 1e-6, 1e-6):
-        fail(f"{what} changes the length of the vectors: a rotation keeps the norm of every row "
-             "(norms shown)", np.linalg.norm(expected, axis=-1), norms)
-    if close(got, expected, 1e-5, 1e-5):
-        fail(f"{what} is right only to about 1e-6: compute in float64, the precision the check asks "
-             "for (atol 1e-9)", expected, got)
-    fail(f"{what} differs from rotating pair (k, k + d/2) of row i by positions[i] / 10000^(2k/d) "
-         "(atol 1e-9)", expected, got)
+    if close(got, expected, 1e-9, 1e-9):
+        raise CheckFailed(f"{what}: the columns must be moved, not recomputed (exact values of W expected)")
+    fail(f"{what} is not W with each head's columns reordered by σ", expected, got)
 
 
 # ---------------------------------------------------------------- the relative-position test
 
 def _relative(case: dict) -> bool:
-    """Whether the encoder of ``case`` is relative: a rotation by an angle linear in the position,
-    nothing added, nothing scaled (RoPE, any base)."""
-    return (case["power"] == 1.0 and case["cap"] == math.inf and case["slope"] == 0.0
-            and case["amp"] == 0.0)
+    """Whether the encoder of ``case`` is relative, read off its tables: angles linear in the position
+    (pair by pair), one gain for every position, nothing added."""
+    angles, gain, added = (np.asarray(case[key], dtype=np.float64) for key in ("angles", "gain", "added"))
+    p = np.arange(len(angles), dtype=np.float64)[:, None]
+    linear = angles[0] + p * (angles[1] - angles[0])
+    return bool(np.allclose(angles, linear, atol=1e-9, rtol=0) and np.allclose(gain, gain[0], atol=1e-12, rtol=0)
+                and not np.any(added))
 
 
 def _kind(case: dict) -> str:
     """The encoder of ``case`` in words, for the message."""
-    if case["amp"]:
-        return "sinusoidal encodings added to x"
-    if case["power"] != 1.0:
-        return "the angle grows like position²"
-    if case["cap"] != math.inf:
-        return f"the rotation stops at position {case['cap']:g}"
-    if case["slope"]:
-        return "the vectors are scaled by the position"
-    return "RoPE"
+    kind = case["kind"]
+    return {"sinusoidal added": "sinusoidal encodings added to x",
+            "position²": "the angle grows like position²",
+            "capped": f"the rotation stops at position {case['cap']}",
+            "scaled": "the vectors are scaled by the position",
+            "kicked": f"RoPE's angle table is changed at one position, {case['kick']}",
+            }.get(kind, "RoPE" if kind == "rope" else f"RoPE ({kind.split(', ')[-1]})")
 
 
 def _shape(shape: object) -> str:
@@ -288,19 +322,15 @@ def _relative_test(case: dict, out: dict) -> None:
         raise CheckFailed("your test must call encode(x, positions) with integer positions of shape (n,), "
                           f"one per row of x, got {'float ' if out.get('floating') is True else ''}positions"
                           f"{_shape(out.get('shape'))}")
-    verdict = out.get("verdict")
-    if isinstance(verdict, torch.Tensor) and verdict.numel() == 1 and verdict.dtype == torch.bool:
-        verdict = bool(verdict)
-    elif isinstance(verdict, np.ndarray) and verdict.size == 1 and verdict.dtype == bool:
-        verdict = bool(verdict)
-    if not isinstance(verdict, bool):
-        raise CheckFailed(f"is_relative(encode, d) must return True or False, got {typename(verdict)}")
-    if verdict == _relative(case):
+    if out.get("misuse") == "range":
+        raise CheckFailed(f"your test must call encode with positions from 0 to {_POSITIONS - 1}, got positions "
+                          f"from {out.get('low')} to {out.get('high')}")
+    if truth(out.get("verdict"), "is_relative(encode, d)") == _relative(case):
         return
     if _relative(case):
         raise CheckFailed("your test rejects a relative encoding (RoPE): shift the positions of "
                           "the query and of the key by the *same* amount and compare the scores "
                           "with a tolerance (rounding differs by about 1e-12)")
     raise CheckFailed(f"your test accepts an encoding whose scores depend on more than m − n (in it, "
-                      f"{_kind(case)}): compare the scores of many position pairs (m, n) with those of "
-                      "(m + s, n + s), for shifts s and positions well beyond the first few")
+                      f"{_kind(case)}): compare the score of every pair of positions (m, n) with that of "
+                      f"(m + 1, n + 1), up to position {_POSITIONS - 1}, not a sample of pairs")

@@ -1,45 +1,47 @@
-"""Checks for the chapter 8 exercises: top-k routing with renormalised weights, the MoE forward
-pass with batched dispatch, and the Switch load-balancing loss.
+"""Checks for the chapter 8 exercises: a new worked example by hand (routing, the balancing loss
+with K = 2 and the assignments a capacity drops), the capacity-limited forward pass with batched
+dispatch, and the gradient of the balancing loss on the router's logits in closed form.
 
 Above the judging line: what runs in the student's kernel (the inputs, visible and hidden, the
 calls of the student's functions, and what the kernel must measure: how often, and on how many
-rows, the student calls each expert; the gradient through the student's loss). The experts handed
-to the student are plain closures: their weights and their counters live in this module's
-functions, not on the objects. Below the line: the judges, which rebuild the experts from the
-case's weights, compute their references and run in the grader. Chapter 8.
+rows, the student calls each expert, and whether the gradient was computed with complex numbers).
+The experts handed to the student are plain closures over their weight tensors: each call is one
+product of the expert's weights with the rows it is given, counted in this module's functions,
+not on the objects. Below the line: the judges, which rebuild the experts from the case's weights,
+compute their references (autograd for the gradient) and run in the grader. Chapter 8.
 """
 from __future__ import annotations
 
 from typing import Any, Callable
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
 
 from .._harness import StudentError, call, draw, hidden_generator, randn, run_check, seeded
 
-__all__ = ["check_top_k_routing", "check_moe_forward", "check_balancing_loss"]
+__all__ = ["check_hand_routing", "check_hand_balance", "check_moe_capacity", "check_balancing_grad"]
 
 
-# ---------------------------------------------------------------- 8.1 top-k routing
+# ---------------------------------------------------------------- 8.1 the worked example, by hand
 
-def check_top_k_routing(fn: Callable, logits: torch.Tensor | None = None, k: int = 2, hidden: int = 0) -> None:
-    """``fn(logits (T, E), k) -> (weights (T, k), indices (T, k))``: the k most probable experts of
-    each token, most probable first, and their probabilities renormalised to sum to 1. Chapter 8."""
-    if hidden:
-        g = hidden_generator("top_k_routing", hidden)
-        E = draw(g, 4, 8)
-        cases = [dict(logits=randn(g, draw(g, 2, 12), E, scale=2.0), k=draw(g, 2, E - 1)),
-                 dict(logits=randn(g, draw(g, 1, 10), draw(g, 2, 8)), k=1)]      # one expert per token
-        E = draw(g, 2, 4)
-        cases.append(dict(logits=randn(g, draw(g, 2, 6), E), k=E))              # every expert, in order
-    else:
-        cases = [dict(logits=seeded(80, 7, 5, scale=1.5) if logits is None else logits, k=k)]
-    for case in cases:
-        case["what"] = "top_k_routing(logits, k)"
-    run_check("top_k_routing", fn, cases,
-              lambda f, c: {"result": call(f, c["logits"].clone(), c["k"])}, hidden)
+def _record_values(name: str, values: dict[str, Any]) -> None:
+    run_check(name, None, [{"what": name}], lambda fn, case: dict(values))
 
 
-# ---------------------------------------------------------------- 8.2 the forward pass
+def check_hand_routing(indices: Any, weights: Any) -> None:
+    """The example's top-2 experts of each token (4×2, most probable first) and their renormalised
+    weights to 3 decimals. Chapter 8."""
+    _record_values("hand_routing", {"indices": indices, "weights": weights})
+
+
+def check_hand_balance(f: Any, P: Any, loss: Any, kept: Any) -> None:
+    """The example's shares f_e, mean probabilities P_e (3 decimals), balancing loss and the
+    assignments kept with a capacity of 2 per expert. Chapter 8."""
+    _record_values("hand_balance", {"f": f, "P": P, "loss": loss, "kept": kept})
+
+
+# ---------------------------------------------------------------- 8.2 the forward pass with a capacity
 
 def _expert_weights(g: torch.Generator, d: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The weights of one expert, a small tanh MLP (m, d) -> (m, d)."""
@@ -49,16 +51,18 @@ def _expert_weights(g: torch.Generator, d: int) -> tuple[torch.Tensor, torch.Ten
     return w1, b1, w2
 
 
-def _moe_case(x: torch.Tensor, W_g: torch.Tensor, k: int, gens: list[torch.Generator]) -> dict:
+def _moe_case(x: torch.Tensor, W_g: torch.Tensor, k: int, capacity: int, gens: list[torch.Generator]) -> dict:
     """A case of the forward pass: the experts' weights stacked (E, …), as data."""
     w1, b1, w2 = (torch.stack(ws) for ws in zip(*(_expert_weights(g, x.shape[1]) for g in gens)))
-    return dict(x=x, W_g=W_g, k=k, w1=w1, b1=b1, w2=w2, what="moe_forward(x, W_g, experts, k)")
+    return dict(x=x, W_g=W_g, k=k, capacity=capacity, w1=w1, b1=b1, w2=w2,
+                what="moe_capacity(x, W_g, experts, k, capacity)")
 
 
 def _run_moe(fn: Callable, case: dict) -> dict:
     """Call the student's forward pass with experts that count, in this function's variables, how
-    often they are called and on how many rows; an expert called on something other than an
-    (m, d) tensor stops the run and says what it got (a shape, or None for a non-tensor)."""
+    often they are called and on how many rows (each call: one product of the expert's weights with
+    those rows); an expert called on something other than an (m, d) tensor stops the run and says
+    what it got (a shape, or None for a non-tensor)."""
     d = case["x"].shape[1]
     n_experts = case["w1"].shape[0]
     calls, rows = [0] * n_experts, [0] * n_experts
@@ -78,251 +82,293 @@ def _run_moe(fn: Callable, case: dict) -> dict:
 
     experts = [make(e) for e in range(n_experts)]
     try:
-        y = call(fn, case["x"].clone(), case["W_g"].clone(), experts, case["k"])
+        result = call(fn, case["x"].clone(), case["W_g"].clone(), experts, case["k"], case["capacity"])
     except (StudentError, ValueError):  # (a ValueError reaches here only while a student works)
         if misuse:
             return {"misuse": [misuse[0]]}
         raise
-    return {"y": y, "calls": calls, "rows": rows, "misuse": misuse[:1]}
+    return {"result": result, "calls": calls, "rows": rows, "misuse": misuse[:1]}
 
 
-def check_moe_forward(fn: Callable, x: torch.Tensor | None = None, n_experts: int = 4, k: int = 2,
-                      hidden: int = 0) -> None:
-    """``fn(x (T, d), W_g (d, E), experts, k) -> y (T, d)``: ``y_i = Σ_{e ∈ top-k} w_ie · expert_e(x_i)``
-    with renormalised weights, each expert called once on exactly the tokens routed to it. Chapter 8."""
+def check_moe_capacity(fn: Callable, x: torch.Tensor | None = None, n_experts: int = 4, k: int = 2,
+                       capacity: int = 3, hidden: int = 0) -> None:
+    """``fn(x (T, d), W_g (d, E), experts, k, capacity) -> (y (T, d), kept (T, k))``: top-k routing with
+    at most ``capacity`` assignments per expert, served in priority order (every first choice in token
+    order, then every second choice, …); each expert called once, on its kept tokens only. Chapter 8."""
     if hidden:
-        g = hidden_generator("moe_forward", hidden)
-        E = draw(g, 5, 8)
-        shapes = [(draw(g, 12, 20), draw(g, 3, 7), E, draw(g, 2, min(4, E - 1))),
-                  (draw(g, 5, 10), draw(g, 2, 5), draw(g, 2, 4), 1),                  # one expert per token
-                  (draw(g, 1, 3), draw(g, 2, 5), draw(g, 6, 8), draw(g, 1, 2))]       # idle experts
-        cases = [_moe_case(randn(g, T, d), randn(g, d, n), k_, [g] * n) for T, d, n, k_ in shapes]
+        g = hidden_generator("moe_capacity", hidden)
+        E = draw(g, 4, 7)
+        T1, k1 = draw(g, 10, 16), draw(g, 2, 3)
+        shapes = [(T1, draw(g, 3, 6), E, k1, draw(g, 2, T1 * k1 // E)),       # the capacity bites
+                  (draw(g, 5, 10), draw(g, 2, 5), draw(g, 2, 4), 1, 1),        # one expert a token, one place each
+                  (draw(g, 3, 6), draw(g, 2, 4), draw(g, 3, 5), 2, 100)]      # room for every assignment
+        cases = [_moe_case(randn(g, T, d, scale=1.5), randn(g, d, n), k_, c, [g] * n) for T, d, n, k_, c in shapes]
     else:
         x = seeded(81, 10, 6) if x is None else x
-        cases = [_moe_case(x, seeded(82, x.shape[1], n_experts), k,
+        cases = [_moe_case(x, seeded(82, x.shape[1], n_experts, scale=1.5), k, capacity,
                            [torch.Generator().manual_seed(83 + e) for e in range(n_experts)])]
-    run_check("moe_forward", fn, cases, _run_moe, hidden)
+    run_check("moe_capacity", fn, cases, _run_moe, hidden)
 
 
-# ---------------------------------------------------------------- 8.3 the load-balancing loss
+# ---------------------------------------------------------------- 8.3 the gradient on the router's logits
 
-def _run_balancing(fn: Callable, case: dict) -> dict:
-    """Call the student's loss on a leaf that requires grad; measure the gradient through it."""
-    leaf = case["probs"].clone().requires_grad_(True)
-    E = case["probs"].shape[1]
-    loss = call(fn, leaf, case["expert_index"].clone(), E)
-    out: dict[str, Any] = {"loss": loss}
-    if isinstance(loss, torch.Tensor) and loss.numel() == 1:
-        out["requires_grad"] = bool(loss.requires_grad)
-        if loss.requires_grad:
-            grad, = call(lambda: torch.autograd.grad(loss.reshape(()), leaf, allow_unused=True))
-            out["grad"] = grad
-    return out
+_AUTOGRAD = ("backward", "dual")  # every way autograd runs: backward passes, forward-mode dual numbers
 
 
-def _balancing_case(probs: torch.Tensor, expert_index: torch.Tensor, balanced: bool = False) -> dict:
-    return dict(probs=probs, expert_index=expert_index, balanced=balanced,
-                what="balancing_loss at perfect balance" if balanced
-                else "balancing_loss(router_probs, expert_index, n_experts)")
+class _Complex(TorchDispatchMode):
+    """Note whether any operation makes a complex tensor (a complex-step derivative)."""
+
+    def __init__(self, seen: list[bool]) -> None:
+        super().__init__()
+        self.seen = seen
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
+        out = func(*args, **(kwargs or {}))
+        if not self.seen and any(isinstance(t, torch.Tensor) and t.is_complex() for t in tree_leaves(out)):
+            self.seen.append(True)
+        return out
 
 
-def _balanced(E: int, k: int, rounds: int) -> dict:
-    """Every expert the same share of the assignments, uniform probabilities."""
-    T = rounds * E
-    index = torch.stack([(torch.arange(T) + j) % E for j in range(k)], 1)
-    return _balancing_case(torch.full((T, E), 1.0 / E, dtype=torch.float64), index, balanced=True)
+def _run_grad(fn: Callable, case: dict) -> dict:
+    seen: list[bool] = []
+    with _Complex(seen):
+        grad = call(fn, case["logits"].clone(), case["expert_index"].clone(), banned=_AUTOGRAD)
+    return {"grad": grad, "complex": bool(seen)}
 
 
-def check_balancing_loss(fn: Callable, probs: torch.Tensor | None = None,
-                         expert_index: torch.Tensor | None = None, hidden: int = 0) -> None:
-    """``fn(router_probs (T, E), expert_index (T, k), n_experts) -> scalar``
-    ``E · Σ_e f_e · P_e`` with f_e the share of the T·k assignments and P_e the mean probability;
-    differentiable through ``router_probs``; 1 at perfect balance. Chapter 8."""
+def check_balancing_grad(fn: Callable, logits: torch.Tensor | None = None, k: int = 2, hidden: int = 0) -> None:
+    """``fn(logits (T, E), expert_index (T, k)) -> (T, E)``: the gradient of the balancing loss
+    ``E · Σ_e f_e · P_e`` (P from the softmax of the logits, f counted from expert_index) with
+    respect to the logits, in closed form, without autograd. Chapter 8."""
     if hidden:
-        g = hidden_generator("balancing_loss", hidden)
-        E = draw(g, 4, 8)
-        p = torch.softmax(randn(g, draw(g, 10, 24), E, scale=2.0), -1)
-        cases = [_balancing_case(p, p.topk(draw(g, 2, min(4, E - 1)), -1).indices)]
-        p = torch.softmax(randn(g, draw(g, 5, 12), draw(g, 2, 4)), -1)
-        cases.append(_balancing_case(p, p.argmax(-1, keepdim=True)))                # k = 1
-        E = draw(g, 3, 6)
-        p = torch.softmax(randn(g, draw(g, 4, 10), E), -1)
-        cases.append(_balancing_case(p, p[:, :-1].topk(draw(g, 1, 2), -1).indices))  # the last expert idle
-        cases.append(_balanced(draw(g, 2, 6), 2, draw(g, 1, 4)))
+        g = hidden_generator("balancing_grad", hidden)
+        cases = []
+        for T, E, k_, scale in [(draw(g, 8, 20), draw(g, 4, 8), draw(g, 2, 3), 2.0), (draw(g, 3, 9), 2, 1, 1.0),
+                                (draw(g, 5, 12), draw(g, 3, 6), 1, 4.0)]:
+            z = randn(g, T, E, scale=scale)
+            index = z[:, : E - 1].topk(k_, -1).indices if k_ == 1 else z.topk(k_, -1).indices  # k = 1: the last idle
+            cases.append(dict(logits=z, expert_index=index))
     else:
-        if probs is None:
-            probs = torch.softmax(seeded(84, 12, 4, scale=1.5), -1)
-        expert_index = probs.topk(2, -1).indices if expert_index is None else expert_index
-        cases = [_balancing_case(probs, expert_index), _balanced(probs.shape[1], 2, 4)]
-    run_check("balancing_loss", fn, cases, _run_balancing, hidden)
+        z = seeded(84, 12, 4, scale=1.5) if logits is None else logits
+        cases = [dict(logits=z, expert_index=z.topk(k, -1).indices)]
+    for case in cases:
+        case["what"] = "balancing_grad(logits, expert_index)"
+    run_check("balancing_grad", fn, cases, _run_grad, hidden)
 
 
 # ==== judging: runs in the grader, never loaded into a graded kernel ====
 import numpy as np  # noqa: E402
 
-from .._harness import CheckFailed, Opaque, typename  # noqa: E402
+from .._harness import CheckFailed, typename  # noqa: E402
 from .._judging import as_array, check_shape, close, fail, judge, number, pair  # noqa: E402
 
 
+# ---------------------------------------------------------------- 8.1 the worked example, by hand
+
+# The example's router scores (W_g = I: each token's features are its scores), typed as inputs.
+_SCORES = torch.tensor([[2.0, 0.0, 1.0], [0.0, 3.0, 1.0], [1.0, 2.0, 0.0], [0.0, 1.0, 3.0]], dtype=torch.float64)
+_K, _CAPACITY = 2, 2
+
+
+def _hand_routing_ref() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    probs = torch.softmax(_SCORES, dim=-1)
+    top, idx = probs.topk(_K, dim=-1)
+    return idx, top / top.sum(-1, keepdim=True), probs
+
+
+def _kept(idx: torch.Tensor, capacity: int, n_experts: int, token_first: bool = False) -> torch.Tensor:
+    """Which assignments fit: in priority order (all first choices in token order, then all second
+    choices, …; or, wrongly, each token's choices before the next token's), at most ``capacity`` each."""
+    T, k = idx.shape
+    order = ([(i, j) for i in range(T) for j in range(k)] if token_first
+             else [(i, j) for j in range(k) for i in range(T)])
+    load, kept = [0] * n_experts, torch.zeros(T, k, dtype=torch.bool)
+    for i, j in order:
+        e = int(idx[i, j])
+        if load[e] < capacity:
+            load[e] += 1
+            kept[i, j] = True
+    return kept
+
+
+def _wrong_entries(name: str, got: np.ndarray, expected: np.ndarray, atol: float, hint: str) -> None:
+    """Fail naming the wrong entries with the student's values, never the expected ones."""
+    if got.shape != expected.shape:
+        raise CheckFailed(f"{name} must have shape {expected.shape} (got {got.shape})")
+    wrong = np.argwhere(~(np.abs(got - expected) <= atol))
+    if len(wrong):
+        entries = ", ".join(f"{name}[{', '.join(map(str, pos))}] = {got[tuple(pos)]:.4g}" for pos in wrong[:8])
+        raise CheckFailed(f"{name}: {hint}\n  wrong entries ({len(wrong)} of {got.size}), your values: {entries}")
+
+
+@judge("hand_routing", compare=("indices",),
+       ok="the example's top-2 experts and their renormalised weights are right to 3 decimals")
+def _hand_routing(case: dict, out: dict) -> None:
+    idx, w, probs = _hand_routing_ref()
+    got_i, got_w = as_array(out["indices"], "indices"), as_array(out["weights"], "weights")
+    least = np.sort(probs.topk(2, -1, largest=False).indices.numpy(), 1)
+    hint = ("these are the least probable experts: keep the 2 largest probabilities" if got_i.shape == least.shape
+            and np.array_equal(np.sort(got_i, 1), least) else "list each token's experts from the most to the least "
+            "probable" if got_i.shape == idx.shape and np.array_equal(got_i, idx.flip(-1).numpy())
+            else "not the two most probable experts of each token")
+    _wrong_entries("indices", got_i, idx.numpy(), 0, hint)
+    raw = probs.gather(1, idx)
+    hint = "renormalise the two kept probabilities to sum to 1" if close(got_w, raw.numpy(), 5e-4, 0) else \
+        "the weights are the two kept probabilities divided by their sum (to 3 decimals)"
+    _wrong_entries("weights", got_w, w.numpy(), 5e-4 + 1e-9, hint)
+
+
+@judge("hand_balance", ok="the example's f, P, balancing loss and kept assignments are right")
+def _hand_balance(case: dict, out: dict) -> None:
+    idx, w, probs = _hand_routing_ref()
+    T, E = probs.shape
+    f = torch.bincount(idx.reshape(-1), minlength=E).double() / (T * _K)
+    P = probs.mean(0)
+    got_f, got_P = as_array(out["f"], "f").reshape(-1), as_array(out["P"], "P").reshape(-1)
+    _wrong_entries("f", got_f, f.numpy(), 1e-3, f"divide each expert's count by the T·K = {T * _K} assignments"
+                   if close(got_f, (f * _K).numpy(), 1e-3, 0) else "f_e is the share of the assignments expert e got")
+    weighted = torch.zeros(T, E, dtype=torch.float64).scatter(1, idx, w).mean(0)
+    _wrong_entries("P", got_P, P.numpy(), 1.1e-3, "P_e is the mean of the full softmax probabilities over the "
+                   "tokens, not of the renormalised top-2 weights" if close(got_P, weighted.numpy(), 1.1e-3, 0)
+                   else "P_e is the mean over the 4 tokens of their softmax probability for expert e (3 decimals)")
+    loss, expected = number(out["loss"], "loss"), float(E * (f * P).sum())
+    if abs(loss - expected) > 2e-3:
+        hint = ("the factor E = 3 is missing" if abs(loss - expected / E) <= 2e-3 else
+                f"f must count the T·K = {T * _K} assignments" if abs(loss - _K * expected) <= 2e-3 else
+                "the loss is E · Σ_e f_e P_e (to 3 decimals)")
+        raise CheckFailed(f"loss: {hint}; your value: {loss:.4g}")
+    got_kept = out["kept"]
+    if not isinstance(got_kept, torch.Tensor) or got_kept.dtype != torch.bool:
+        raise CheckFailed(f"kept must be a boolean tensor (True = kept), got {typename(got_kept)}")
+    expected_kept = _kept(idx, _CAPACITY, E)
+    hint = ("serve the assignments in priority order: every token's first choice (in token order) before any second "
+            "choice" if torch.equal(got_kept, _kept(idx, _CAPACITY, E, token_first=True)) else
+            f"each expert takes at most {_CAPACITY} assignments, in priority order; the rest are dropped")
+    _wrong_entries("kept", got_kept.numpy().astype(float), expected_kept.numpy().astype(float), 0, hint)
+
+
+# ---------------------------------------------------------------- 8.2 the forward pass with a capacity
+
 def _routing(logits: torch.Tensor, k: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Softmax over the experts (last axis), the k largest, renormalised."""
-    probs = torch.softmax(logits, dim=-1)
-    top, idx = probs.topk(k, dim=-1)
+    top, idx = torch.softmax(logits, dim=-1).topk(k, dim=-1)
     return top / top.sum(-1, keepdim=True), idx
 
 
-def _as_index(value: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
-    if not isinstance(value, torch.Tensor) or value.is_floating_point() or value.dtype == torch.bool:
-        raise CheckFailed(f"{what}: expected an integer tensor of expert indices (as torch.topk "
-                          f"returns), got {typename(value)}"
-                          + (f" of dtype {value.dtype}" if isinstance(value, torch.Tensor) else ""))
-    got = value.numpy()
-    check_shape(got, shape, what, "one row per token, one column per chosen expert")
-    return got
+def _forward(case: dict, kept: torch.Tensor, renormalise: bool = False) -> np.ndarray:
+    """Σ over each token's kept assignments of w_ie · expert_e(x_i) (weights renormalised over the
+    kept ones with ``renormalise``), one token at a time."""
+    x, E = case["x"], case["w1"].shape[0]
+    weights, idx = _routing(x @ case["W_g"], case["k"])
+    if renormalise:
+        weights = weights * kept / (weights * kept).sum(-1, keepdim=True).clamp_min(1e-300)
+    y = torch.zeros_like(x)
+    for i in range(x.shape[0]):
+        for j in range(case["k"]):
+            if kept[i, j]:
+                e = int(idx[i, j])
+                y[i] += weights[i, j] * (torch.tanh(x[i:i + 1] @ case["w1"][e] + case["b1"][e]) @ case["w2"][e])[0]
+    return y.numpy()
 
 
-@judge("top_k_routing", compare=("result",), atol=1e-9, rtol=1e-9,
-       ok=lambda cases, outs: "top-k routing of " + ", ".join(
-           f"{c['logits'].shape[0]} token{'s' * (c['logits'].shape[0] != 1)} over {c['logits'].shape[1]} experts "
-           f"(k = {c['k']})" for c in cases)
-       + ": the most probable experts, in order, weights renormalised to sum to 1")
-def _top_k_routing(case: dict, out: dict) -> None:
-    logits, k = case["logits"], case["k"]
-    T, E = logits.shape
-    expected_w, expected_i = _routing(logits, k)
-    weights, indices = pair(out["result"], "top_k_routing(logits, k)", ("weights", "indices"))
-    got_i = _as_index(indices, (T, k), "indices")
-    got_w = as_array(weights, "weights")
-    check_shape(got_w, (T, k), "weights", "one row per token, one weight per chosen expert")
-    probs = torch.softmax(logits, dim=-1)
-    smallest = probs.topk(k, dim=-1, largest=False).indices.numpy()
-    if k < E and np.array_equal(np.sort(got_i, 1), np.sort(smallest, 1)):
-        fail("these are the k *least* probable experts: route each token to the k largest "
-             "probabilities (torch.topk keeps the largest by default)", expected_i.numpy(), got_i)
-    over_tokens = torch.softmax(logits, dim=0)
-    tok_w, tok_i = over_tokens.topk(k, dim=-1)
-    if k < E and np.array_equal(got_i, tok_i.numpy()) and not np.array_equal(got_i, expected_i.numpy()):
-        fail("the experts come from a softmax over the token axis (dim=0): the router's softmax runs "
-             "over the experts of each token (the last axis), so each row is a distribution over E "
-             "experts", expected_i.numpy(), got_i)
-    if not np.array_equal(np.sort(got_i, 1), np.sort(expected_i.numpy(), 1)):
-        fail("the chosen experts are not the k most probable ones of each token", expected_i.numpy(), got_i)
-    if not np.array_equal(got_i, expected_i.numpy()):
-        fail("order each token's k experts from the most to the least probable (as torch.topk does)",
-             expected_i.numpy(), got_i)
-    if not close(got_w, expected_w.numpy(), 1e-9, 1e-9):
-        if close(got_w, probs.gather(1, expected_i).numpy(), 1e-9, 1e-9):
-            fail("the top-k weights are not renormalised: divide them by their sum so each token's "
-                 "weights add up to 1 (row sums shown)", np.ones(T), got_w.sum(1))
-        if close(got_w, (tok_w / tok_w.sum(-1, keepdim=True)).numpy(), 1e-9, 1e-9):
-            fail("the weights come from a softmax over the token axis (dim=0): take it over the "
-                 "experts (the last axis)", expected_w.numpy(), got_w)
-        fail("the weights differ from the renormalised top-k softmax probabilities (atol 1e-9)",
-             expected_w.numpy(), got_w)
-
-
-def _experts(case: dict) -> list[Callable[[torch.Tensor], torch.Tensor]]:
-    """The case's experts, rebuilt from their weights."""
-    return [lambda x, e=e: torch.tanh(x @ case["w1"][e] + case["b1"][e]) @ case["w2"][e]
-            for e in range(case["w1"].shape[0])]
-
-
-def _counts(value: Any, n_experts: int, what: str) -> list[int]:
-    if not isinstance(value, list) or len(value) != n_experts or not all(isinstance(v, int) for v in value):
-        raise CheckFailed(f"{what}: the check could not count the calls of the experts")
-    return value
-
-
-@judge("moe_forward", compare=("y",), atol=1e-9, rtol=1e-9,
-       ok=lambda cases, outs: "MoE forward of " + ", ".join(
-           f"{c['x'].shape[0]} token{'s' * (c['x'].shape[0] != 1)}, top-{c['k']} of {c['w1'].shape[0]} experts"
-           for c in cases)
-       + ": equals the per-token sum, each expert called once on exactly its tokens")
-def _moe_forward(case: dict, out: dict) -> None:
-    x, W_g, k, what = case["x"], case["W_g"], case["k"], case["what"]
+@judge("moe_capacity", compare=("result",), atol=1e-9, rtol=1e-9,
+       ok=lambda cases, outs: "MoE forward with a capacity, " + ", ".join(
+           f"{c['x'].shape[0]} tokens, top-{c['k']} of {c['w1'].shape[0]} experts, capacity {c['capacity']}"
+           for c in cases) + ": the kept assignments in priority order, the per-token sum over them, each expert "
+                             "called once on exactly its kept tokens")
+def _moe_capacity(case: dict, out: dict) -> None:
+    x, k, capacity, what = case["x"], case["k"], case["capacity"], case["what"]
     T, d = x.shape
-    n_experts = case["w1"].shape[0]
-    misuse = out.get("misuse") or []
-    if misuse:
-        got = misuse[0]
-        shape = f"a tensor of shape {tuple(got)}" if isinstance(got, list) else "something that is not a tensor"
-        raise CheckFailed(f"call each expert on a (m, d) tensor with d = {d}: the rows of the tokens routed to "
-                          f"it, got {shape}")
-    experts = _experts(case)
-    weights, idx = _routing(x @ W_g, k)
-    probs = torch.softmax(x @ W_g, -1)
-    raw = probs.gather(1, idx)
-    expected, unnormalised, overwrite = torch.zeros_like(x), torch.zeros_like(x), torch.zeros_like(x)
-    for i in range(T):
-        for j in range(k):
-            row = experts[int(idx[i, j])](x[i:i + 1])[0]
-            expected[i] += weights[i, j] * row
-            unnormalised[i] += raw[i, j] * row
-    for e in range(n_experts):                    # later experts overwrite earlier ones
-        token, slot = torch.where(idx == e)
-        overwrite[token] = weights[token, slot, None] * experts[e](x[token])
-    got = as_array(out["y"], "y")
+    E = case["w1"].shape[0]
+    if out.get("misuse"):
+        got = out["misuse"][0]
+        raise CheckFailed(f"call each expert on a (m, d) tensor with d = {d}: the rows of its kept tokens, got "
+                          + (f"a tensor of shape {tuple(got)}" if isinstance(got, list) else "something that is not "
+                             "a tensor"))
+    _, idx = _routing(x @ case["W_g"], k)
+    expected_kept = _kept(idx, capacity, E)
+    y, kept = pair(out["result"], what, ("y", "kept"))
+    if not isinstance(kept, torch.Tensor) or kept.dtype != torch.bool or tuple(kept.shape) != (T, k):
+        raise CheckFailed(f"kept must be a boolean (T, k) = {(T, k)} tensor, True where the assignment fits, got "
+                          + (f"dtype {kept.dtype}, shape {tuple(kept.shape)}" if isinstance(kept, torch.Tensor)
+                             else typename(kept)))
+    if not torch.equal(kept, expected_kept):
+        hint = ("assignments beyond the capacity must be dropped: each expert takes at most capacity of them"
+                if bool(kept.all()) else "serve the assignments in priority order: every token's first choice, in "
+                "token order, before any second choice" if torch.equal(kept, _kept(idx, capacity, E, True))
+                else f"at most {capacity} assignments per expert, in priority order")
+        fail(f"kept: {hint}", expected_kept.int().numpy(), kept.int().numpy())
+    got = as_array(y, "y")
     check_shape(got, (T, d), what, "one output row per token")
-    if close(got, unnormalised.numpy(), 1e-9, 1e-9):
-        fail("the outputs are weighted by the raw top-k probabilities: renormalise them to sum to 1 "
-             "over each token's k experts", expected.numpy(), got)
-    if k > 1 and close(got, overwrite.numpy(), 1e-9, 1e-9):
-        fail("each token keeps only one expert's output: add every expert's contribution to the "
-             "token's row (index_add_ or +=), do not assign it", expected.numpy(), got)
-    if not close(got, expected.numpy(), 1e-9, 1e-9):
-        fail("y differs from Σ over each token's top-k experts of w_ie · expert_e(x_i) with "
-             "renormalised weights (atol 1e-9)", expected.numpy(), got)
-    routed = torch.bincount(idx.reshape(-1), minlength=n_experts).tolist()
-    calls, rows = _counts(out.get("calls"), n_experts, what), _counts(out.get("rows"), n_experts, what)
-    for e, (made, processed, want) in enumerate(zip(calls, rows, routed)):
-        if made > 1:
-            raise CheckFailed(f"expert {e} was called {made} times: batch the dispatch, calling "
-                              "each expert once on all the tokens routed to it (not once per token)")
-        if processed != want:
-            raise CheckFailed(f"expert {e} processed {processed} rows but {want} tokens are routed to it: "
-                              "run each expert only on its own tokens (running every expert on every "
-                              "token costs E/k times the compute a mixture of experts saves)")
-
-
-@judge("balancing_loss", compare=("grad",), atol=1e-9, rtol=1e-9,
-       ok=lambda cases, outs: "balancing loss = E·Σ f·P for " + ", ".join(
-           f"T = {c['probs'].shape[0]}, E = {c['probs'].shape[1]}, k = {c['expert_index'].shape[1]}"
-           for c in cases if not c["balanced"]) + "; 1 at balance; gradient E·f_e/T through the probabilities")
-def _balancing_loss(case: dict, out: dict) -> None:
-    probs, expert_index = case["probs"], case["expert_index"]
-    T, E = probs.shape
-    k = expert_index.shape[1]
-    counts = torch.bincount(expert_index.reshape(-1), minlength=E).to(probs.dtype)
-    f, P = counts / (T * k), probs.mean(0)
-    expected = float(E * (f * P).sum())
-    result = out["loss"]
-    if not isinstance(result, torch.Tensor) or result.numel() != 1:
-        raise CheckFailed("balancing_loss must return a one-element torch.Tensor (a scalar you can "
-                          f"backpropagate through), got {typename(result)}"
-                          + (f" of shape {tuple(result.shape)}" if isinstance(result, torch.Tensor) else ""))
-    got = number(result, case["what"])
-    if case["balanced"] and abs(got - expected) > 1e-9:
-        fail("at perfect balance (every expert the same share, uniform probabilities) the loss must be 1",
+    expected = _forward(case, expected_kept)
+    if not close(got, expected, 1e-9, 1e-9):
+        everything = torch.ones_like(expected_kept)
+        if close(got, _forward(case, everything), 1e-9, 1e-9):
+            fail("a dropped assignment contributes nothing: add only the kept ones", expected, got)
+        if close(got, _forward(case, expected_kept, renormalise=True), 1e-9, 1e-9):
+            fail("the weights of the kept assignments are not renormalised after the drops: a token whose second "
+                 "choice was dropped keeps w_i1 · expert(x_i) only", expected, got)
+        fail("y differs from the sum over each token's kept assignments of w_ie · expert_e(x_i) (atol 1e-9)",
              expected, got)
-    variants = {
-        f"the shares f_e are divided by T tokens instead of the T·k = {T * k} assignments (the loss "
-        f"must be 1 at balance for every k, not k)": float(E * (counts / T * P).sum()),
-        f"the factor E = {E} is missing: without it the balanced value is 1/E, not 1":
-            float((f * P).sum()),
-        "f_e must count the assignments (expert_index), not repeat the probabilities: E·Σ P_e² is the "
-        "soft version": float(E * (P * P).sum()),
+    want = [int(((idx == e) & expected_kept).sum()) for e in range(E)]
+    calls, rows = out.get("calls"), out.get("rows")
+    if not all(isinstance(v, list) and len(v) == E for v in (calls, rows)):
+        raise CheckFailed(f"{what}: the check could not count the calls of the experts")
+    for e, (made, processed, kept_e) in enumerate(zip(calls, rows, want)):
+        if made > 1:
+            raise CheckFailed(f"expert {e} was called {made} times: batch the dispatch, calling each expert once on "
+                              "all its kept tokens (not once per token)")
+        if processed != kept_e:
+            raise CheckFailed(f"expert {e} processed {processed} rows but {kept_e} of its assignments are kept: run "
+                              "each expert on its kept tokens only (computing an expert on tokens it drops, or on "
+                              "every token, costs the compute a mixture of experts and its capacity save)")
+
+
+# ---------------------------------------------------------------- 8.3 the gradient on the router's logits
+
+def _loss_grad(z: torch.Tensor, index: torch.Tensor, shares: float = 1.0, mean: float = 1.0) -> np.ndarray:
+    """∂/∂z of E · Σ_e f_e P_e, by autograd (f scaled by ``shares``, P by ``mean``: usual slips)."""
+    T, E = z.shape
+    leaf = z.clone().requires_grad_(True)
+    f = torch.bincount(index.reshape(-1), minlength=E).double() / index.numel() * shares
+    loss = E * (f * torch.softmax(leaf, -1).mean(0) * mean).sum()
+    grad, = torch.autograd.grad(loss, leaf)
+    return grad.numpy()
+
+
+@judge("balancing_grad", compare=("grad",), atol=1e-12, rtol=1e-10, bans=_AUTOGRAD,
+       ok=lambda cases, outs: "∂L_bal/∂logits = (E/T)·p_ie·(f_e − Σ_j f_j p_ij) matches autograd (atol 1e-12) for "
+                              + ", ".join(f"T = {c['logits'].shape[0]}, E = {c['logits'].shape[1]}, "
+                                          f"k = {c['expert_index'].shape[1]}" for c in cases) + "; each row sums to 0")
+def _balancing_grad(case: dict, out: dict) -> None:
+    z, index, what = case["logits"], case["expert_index"], case["what"]
+    T, E = z.shape
+    k = index.shape[1]
+    if out.get("complex"):
+        raise CheckFailed(f"{what} computes with complex numbers (a complex-step derivative): derive the gradient "
+                          "in closed form, through the softmax")
+    got = as_array(out["grad"], what)
+    expected = _loss_grad(z, index)
+    check_shape(got, expected.shape, what, "one row per token, one column per expert: (T, E)")
+    if close(got, expected, 1e-12, 1e-10):
+        return
+    f = torch.bincount(index.reshape(-1), minlength=E).double() / (T * k)
+    hints = {
+        "that is the gradient with respect to the probabilities, E·f_e/T: the logits reach the loss through the "
+        "softmax, so multiply by its Jacobian ∂p_ij/∂z_ie = p_ij(δ_je − p_ie)": (E * f / T).expand(T, E).numpy(),
+        f"f_e is a share of the T·k = {T * k} assignments: divide the counts by T·k, not T": _loss_grad(z, index, k),
+        f"P_e is a mean over the T = {T} tokens: the gradient of each row carries a factor 1/T":
+            _loss_grad(z, index, mean=T),
+        "the sign is flipped: this is the gradient, the direction in which the loss grows": -expected,
     }
-    for hint, value in variants.items():
-        if abs(got - value) < 1e-9 and abs(value - expected) > 1e-6:
-            fail(hint, expected, got)
-    if not abs(got - expected) < 1e-9:
-        fail("the loss differs from E · Σ_e f_e · P_e (atol 1e-9)", expected, got)
-    grad = out.get("grad")
-    if not out.get("requires_grad") or grad is None:
-        raise CheckFailed("the loss carries no gradient: compute P_e from router_probs with torch "
-                          "operations (no .detach(), .item() or numpy), so the router can learn from it")
-    grad_expected = (E * f / T).expand(T, E).numpy()   # ∂L/∂p_ie = E f_e / T
-    got_grad = as_array(grad, "the gradient") if not isinstance(grad, Opaque) else np.zeros(0)
-    if not close(got_grad, grad_expected, 1e-9, 1e-9):
-        fail("the gradient with respect to router_probs must be E·f_e/T (the counts f_e are constants, "
-             "the gradient flows through P_e only)", grad_expected, got_grad)
+    for hint, variant in hints.items():
+        if close(got, variant, 1e-9, 1e-7):
+            fail(f"{what}: {hint}", expected, got)
+    if close(got, expected, 1e-6, 1e-5):
+        fail(f"{what} is right only to about 1e-7 (finite differences, or float32?): derive the closed form and "
+             "compute it in float64 (atol 1e-12)", expected, got)
+    sums = got.sum(-1)
+    if not np.allclose(sums, 0, atol=1e-9):
+        fail(f"{what}: each row must sum to 0 (adding a constant to a token's logits changes no probability); "
+             "row sums shown", np.zeros_like(sums), sums)
+    fail(f"{what} differs from the gradient autograd computes (atol 1e-12)", expected, got)

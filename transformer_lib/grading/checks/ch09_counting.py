@@ -1,5 +1,6 @@
 """Checks for the chapter 9 exercises: the exact parameter count of a configuration, the forward
-FLOPs per token, and the sequence length at which attention overtakes the weight matrices.
+FLOPs per token of a mixture-of-experts decoder, and the smallest batch at which a decoding step
+stops being limited by memory.
 
 A configuration is a plain dict (see :data:`EXAMPLE_CONFIG`); a case carries its entries as
 data. Above the judging line: what runs in the student's kernel (the configurations, visible and
@@ -19,7 +20,7 @@ from torch.overrides import TorchFunctionMode
 
 from .._harness import call, draw, hidden_generator, run_check
 
-__all__ = ["EXAMPLE_CONFIG", "check_param_count", "check_flops_per_token", "check_crossover_n"]
+__all__ = ["EXAMPLE_CONFIG", "check_param_count", "check_moe_flops", "check_decode_batch"]
 
 EXAMPLE_CONFIG: dict[str, Any] = dict(  # GPT-2 small
     vocab_size=50257, n_ctx=1024, d_model=768, n_layers=12, n_heads=12, n_kv_heads=12,
@@ -107,46 +108,57 @@ def check_param_count(fn: Callable, cfg: dict | None = None, hidden: int = 0) ->
     run_check("param_count", fn, cases, _run, hidden)
 
 
-# ---------------------------------------------------------------- 9.2 FLOPs per token
+# ---------------------------------------------------------------- 9.2 FLOPs per token of a mixture of experts
 
-_SMALL_FLOPS = dict(EXAMPLE_CONFIG, vocab_size=1000, n_ctx=256, d_model=64, n_layers=2, n_heads=4, n_kv_heads=4,
-                    d_ff=256)
+_SMALL_MOE = dict(EXAMPLE_CONFIG, vocab_size=1000, n_ctx=256, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2,
+                  d_ff=128, mlp="swiglu", norm="rmsnorm", bias=False, tied_embeddings=False, positional="rope")
 _SIZES = dict(heads=(2, 6), d_head=(4, 16), layers=(1, 3), vocab=(50, 1500), n_ctx=(64, 128))
 
 
-def check_flops_per_token(fn: Callable, cfg: dict | None = None, n: int = 128, hidden: int = 0) -> None:
-    """``fn(cfg, n)``: forward matmul FLOPs per token for one sequence of n tokens. Chapter 9."""
+def check_moe_flops(fn: Callable, cfg: dict | None = None, n: int = 100, n_experts: int = 8, top_k: int = 2,
+                    hidden: int = 0) -> None:
+    """``fn(cfg, n, n_experts, top_k)``: forward matmul FLOPs per token for one sequence of n tokens
+    through the decoder ``cfg`` whose every MLP is a mixture of ``n_experts`` experts (each one of
+    cfg's MLPs), ``top_k`` per token. Chapter 9."""
     if hidden:
-        g = hidden_generator("flops_per_token", hidden)
+        g = hidden_generator("moe_flops", hidden)
         configs = [_random_config(g, mlp="swiglu", norm="rmsnorm", bias=False, tied=False, positional="rope",
                                   gqa=True, **_SIZES),
                    _random_config(g, mlp="gelu", norm="layernorm", bias=_coin(g), tied=_coin(g),
                                   positional="learned", gqa=False, **_SIZES)]
-        cases = [_case(configs[0], "flops_per_token(cfg, n)", n=draw(g, 2, 64)),
-                 _case(configs[1], "flops_per_token(cfg, n)", n=draw(g, 1, 20))]
+        E = draw(g, 3, 8)
+        cases = [_case(configs[0], "moe_flops(cfg, n, n_experts, top_k)", n=draw(g, 2, 64), n_experts=E,
+                       top_k=draw(g, 2, E)),
+                 _case(configs[1], "moe_flops(cfg, n, n_experts, top_k)", n=draw(g, 1, 20), n_experts=draw(g, 1, 6),
+                       top_k=1)]
     else:
-        cases = [_case(_SMALL_FLOPS if cfg is None else cfg, "flops_per_token(cfg, n)", n=n)]
-    run_check("flops_per_token", fn, cases, lambda f, c: _run(f, c, c["n"]), hidden)
+        cases = [_case(_SMALL_MOE if cfg is None else cfg, "moe_flops(cfg, n, n_experts, top_k)", n=n,
+                       n_experts=n_experts, top_k=top_k)]
+    run_check("moe_flops", fn, cases, lambda f, c: _run(f, c, c["n"], c["n_experts"], c["top_k"]), hidden)
 
 
-# ---------------------------------------------------------------- 9.3 the crossover
+# ---------------------------------------------------------------- 9.3 the batch of a decoding step
 
-_SMALL_CROSSOVER = dict(EXAMPLE_CONFIG, vocab_size=100, n_ctx=64, d_model=32, n_layers=1, n_heads=4, n_kv_heads=4,
-                        d_ff=128)
-
-
-def check_crossover_n(fn: Callable, cfg: dict | None = None, hidden: int = 0) -> None:
-    """``fn(cfg) -> float``: the n at which a layer's attention matmuls cost as many FLOPs as its
-    weight matmuls. Chapter 9."""
+def check_decode_batch(fn: Callable, cfg: dict | None = None, n: int = 1024, ratio: int = 4,
+                       hidden: int = 0) -> None:
+    """``fn(cfg, n, ratio) -> int | None``: the smallest batch at which one decoding step with n
+    tokens in the KV cache does at least ``ratio`` FLOPs per byte read (16-bit numbers: every weight
+    matrix once, every sequence's cache), None if no batch does. Chapter 9."""
     if hidden:
-        g = hidden_generator("crossover_n", hidden)
-        configs = [_random_config(g, mlp="swiglu", norm="rmsnorm", bias=False, tied=False, positional="rope",
-                                  gqa=True, **_SIZES),
-                   _random_config(g, mlp="gelu", norm="layernorm", bias=_coin(g), tied=_coin(g),
-                                  positional="learned", gqa=_coin(g), **_SIZES)]
+        g = hidden_generator("decode_batch", hidden)
+        wide = dict(heads=(8, 32), d_head=(64, 128), layers=(8, 40), vocab=(30000, 130000), n_ctx=(4096, 8192))
+        llama = _random_config(g, mlp="swiglu", norm="rmsnorm", bias=False, tied=False, positional="rope", gqa=True,
+                               **wide)
+        small = _random_config(g, mlp="gelu", norm="layernorm", bias=True, tied=True, positional="learned",
+                               gqa=_coin(g), **_SIZES)
+        cases = [_case(llama, "decode_batch(cfg, n, ratio)", n=draw(g, 512, 8192), ratio=draw(g, 2, 8)),
+                 _case(small, "decode_batch(cfg, n, ratio)", n=draw(g, 2, max(2, small["d_model"] // 4)),
+                       ratio=draw(g, 2, 8)),                                              # a batch reaches it
+                 _case(small, "decode_batch(cfg, n, ratio)", n=draw(g, 2048, 8192), ratio=draw(g, 50, 400)),  # none
+                 _case(llama, "decode_batch(cfg, n, ratio)", n=draw(g, 1, 64), ratio=1)]   # one sequence does
     else:
-        configs = [_SMALL_CROSSOVER if cfg is None else cfg]
-    run_check("crossover_n", fn, [_case(c, "crossover_n(cfg)") for c in configs], _run, hidden)
+        cases = [_case(EXAMPLE_CONFIG if cfg is None else cfg, "decode_batch(cfg, n, ratio)", n=n, ratio=ratio)]
+    run_check("decode_batch", fn, cases, lambda f, c: _run(f, c, c["n"], c["ratio"]), hidden)
 
 
 # ==== judging: runs in the grader, never loaded into a graded kernel ====
@@ -193,21 +205,21 @@ def _count(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())  # a shared (tied) matrix once
 
 
-def _library_model(c: dict):  # noqa: ANN202
+def _library_model(c: dict, n_experts: int = 0, top_k: int = 2):  # noqa: ANN202
     from transformer_lib.config import ModelConfig
     from transformer_lib.model import GPT
-    return GPT(ModelConfig(**c)).eval()
+    return GPT(ModelConfig(**c, n_experts=n_experts, top_k=top_k)).eval()
 
 
 _FLOPS: dict[tuple, int] = {}  # the counts made so far (a grading run judges the same configurations again)
 
 
-def _reference_flops(c: dict, n: int) -> int:
+def _reference_flops(c: dict, n: int, n_experts: int = 0, top_k: int = 2) -> int:
     """Matmul FLOPs of one forward pass over n tokens, counted by FlopCounterMode."""
-    key = (*sorted(c.items()), n)
+    key = (*sorted(c.items()), n, n_experts, top_k)
     if key not in _FLOPS:
-        model = _library_model(c)
-        idx = torch.zeros(1, n, dtype=torch.long)
+        model = _library_model(c, n_experts, top_k)
+        idx = torch.randint(0, c["vocab_size"], (1, n), generator=torch.Generator().manual_seed(n))
         with FlopCounterMode(display=False) as counter, torch.no_grad():
             model(idx)
         if len(_FLOPS) > 1000:
@@ -286,65 +298,99 @@ def _param_count(case: dict, out: dict) -> None:
     _fail("param_count differs from the number of parameters of the built model", expected, got)
 
 
-@judge("flops_per_token", ok=lambda cases, outs: "flops_per_token = " + ", ".join(
-    f"{_reference_flops(_config(c), c['n']) / c['n']:,.0f} at n = {c['n']}" for c in cases)
-    + ", as FlopCounterMode counts a forward pass of the built model (divided by n)")
-def _flops_per_token(case: dict, out: dict) -> None:
-    c, n = _config(case), case["n"]
-    total = _reference_flops(c, n)
-    expected = total / n
+
+def _moe_described(c: dict, case: dict) -> str:
+    return f"{case['n_experts']} {c['mlp']} experts, top-{case['top_k']}, n = {case['n']}"
+
+
+@judge("moe_flops", ok=lambda cases, outs: "moe_flops = " + ", ".join(
+    f"{_reference_flops(_config(c), c['n'], c['n_experts'], c['top_k']) / c['n']:,.0f} "
+    f"({_moe_described(_config(c), c)})"
+    for c in cases) + ", as FlopCounterMode counts a forward pass of the built mixture-of-experts model (divided by n)")
+def _moe_flops(case: dict, out: dict) -> None:
+    c, n, E, K = _config(case), case["n"], case["n_experts"], case["top_k"]
+    expected = _reference_flops(c, n, E, K) / n
     got = _answer(case, out, integer=False)
     if abs(got - expected) <= 1e-9 * expected:
         return
-    d, L, V = c["d_model"], c["n_layers"], c["vocab_size"]
-    attn = 4 * L * n * d
-    hints = [(expected - attn, "you left out the attention matmuls Q·Kᵀ and A·V: 2·2·n·d per layer "
-              "and token, and they grow with n"),
-             (expected - attn / 2, "Q·Kᵀ and A·V both cost 2·n·d per token and layer: you counted one"),
+    d, L, V, f = c["d_model"], c["n_layers"], c["vocab_size"], c["d_ff"]
+    k = 3 if c["mlp"] == "swiglu" else 2
+    expert = 2 * k * d * f                      # one expert's FLOPs per token
+    hints = [(expected + L * (E - K) * expert, f"only the top_k = {K} chosen experts run for a token: the other "
+              f"{E - K} cost nothing (that is the point of the mixture)"),
+             (expected - L * (K - 1) * expert, f"every token runs through top_k = {K} experts, not one"),
+             (expected - 2 * L * d * E, f"the router is a product with a d × E = {d} × {E} matrix too: 2·d·E per token "
+              "and layer"),
+             (expected - 4 * L * n * d, "you left out the attention matmuls Q·Kᵀ and A·V: 2·2·n·d per layer and token"),
              (expected - 2 * d * V, "the unembedding (d × V logits) is a matmul too: 2·d·V per token"),
-             (expected + 2 * d * V, "the embedding is a row lookup, not a matmul: it costs no FLOPs"),
-             (3 * expected, "6N is the training cost (forward and backward); the forward pass is 2N"),
-             (total, "per token: divide the FLOPs of the whole sequence by n"),
+             (expected * n, "per token: divide the FLOPs of the whole sequence by n"),
              (expected / 2, "a multiply-add is 2 FLOPs: 2 FLOPs per weight, not 1")]
+    if k == 3:
+        hints.append((expected - L * K * 2 * d * f, "a SwiGLU expert has three d × d_ff matrices (gate, up, down)"))
     for value, hint in hints:
         if abs(got - value) <= 1e-9 * max(abs(value), 1):
-            _fail(f"flops_per_token: {hint}", expected, got)
-    _fail(f"flops_per_token differs from FlopCounterMode's count on the built model (n = {n})", expected, got)
+            _fail(f"moe_flops: {hint}", expected, got)
+    _fail(f"moe_flops differs from FlopCounterMode's count on the built model (n = {n})", expected, got)
 
 
-def _reference_crossover(c: dict) -> float:
-    """Per-token FLOPs are a + b·n: a from the weights (and the head), b from attention; measured at
-    two lengths on one layer with a small vocabulary."""
-    small = dict(c, vocab_size=16, n_layers=1, n_ctx=max(16, c["n_ctx"]))
-    n1, n2 = 8, 16
-    f1, f2 = _reference_flops(small, n1) / n1, _reference_flops(small, n2) / n2
-    slope = (f2 - f1) / (n2 - n1)
-    weights = f1 - slope * n1 - 2 * small["d_model"] * small["vocab_size"]  # without the head
-    return weights / slope
+def _decode_parts(c: dict, n: int) -> tuple[int, int, int]:
+    """From the model built on the meta device: the entries of its weight matrices (the blocks'
+    projections and the unembedding), a step's FLOPs per sequence (2 per weight, 4·L·n·d for
+    q·Kᵀ and a·V against n keys) and the numbers of one sequence's cache of n tokens."""
+    model = _reference_model(c)
+    linears = [m for m in model["blocks"].modules() if isinstance(m, nn.Linear)] + [model["head"]]
+    weights = sum(m.weight.numel() for m in linears)
+    cache = n * sum(block[2].out_features + block[3].out_features for block in model["blocks"])
+    return weights, 2 * weights + 4 * c["n_layers"] * n * c["d_model"], cache
 
 
-def _crossover_ok(cases: list[dict], outs: list[dict]) -> str:
-    found = [(_reference_crossover(_config(c)), c["d_model"]) for c in cases]
-    return ("crossover_n = " + ", ".join(f"{x:g} = {x / d:g}·d_model" for x, d in found)
-            + ": attention matmuls equal the weight matmuls there, as FlopCounterMode finds at two lengths")
+def _smallest_batch(weights: int, flops: int, cache: int, ratio: int) -> int | None:
+    """The least b ≥ 1 with b·flops ≥ ratio·2·(weights + b·cache) (16-bit numbers), None if none."""
+    gain = flops - 2 * ratio * cache
+    return None if gain <= 0 else max(1, -(-2 * ratio * weights // gain))
 
 
-@judge("crossover_n", ok=_crossover_ok)
-def _crossover_n(case: dict, out: dict) -> None:
-    c = _config(case)
-    expected = _reference_crossover(c)
-    got = _answer(case, out, integer=False)
-    if abs(got - expected) <= 1e-6 * expected:
+def _decode_ok(cases: list[dict], outs: list[dict]) -> str:
+    found = [_smallest_batch(*_decode_parts(_config(c), c["n"]), c["ratio"]) for c in cases]
+    return "decode_batch = " + ", ".join(f"{'no batch' if b is None else b} ({c['ratio']} FLOPs per byte at n = "
+                                         f"{c['n']:,})" for b, c in zip(found, cases))
+
+
+@judge("decode_batch", compare=("answer",), ok=_decode_ok)
+def _decode_batch(case: dict, out: dict) -> None:
+    c, n, ratio, what = _config(case), case["n"], case["ratio"], case["what"]
+    weights, flops, cache = _decode_parts(c, n)
+    expected = _smallest_batch(weights, flops, cache, ratio)
+    built = out.get("built")
+    if isinstance(built, list) and all(isinstance(s, int) for s in built):
+        _answer(case, out, integer=True)   # raises: it built the model
+    answer = out["answer"]
+    got = None if answer is None else int(number(answer, what, integer=True))
+    if got == expected:
         return
-    d = c["d_model"]
-    hints = [(d, "n > d is the rule of thumb without constants: compare 4·n·d (attention) with the "
-              "weight FLOPs per token of a layer"),
-             (6 * d, "6·d holds for d_ff = 4d and full multi-head attention only: use this config's "
-              "d_ff, MLP kind and n_kv_heads"),
-             (4 * d, "4·d is the crossover against the MLP alone: count the Q, K, V, O projections too"),
-             (2 * expected, "Q·Kᵀ and A·V both cost 2·n·d per token: the attention term is 4·n·d")]
-    for value, hint in hints:
-        if abs(got - value) <= 1e-6 * value:
-            _fail(f"crossover_n: {hint}", expected, got)
-    _fail("crossover_n differs from the length at which the two FLOP counts are equal", expected, got)
+    kv = cache // n
+    hints = [(_smallest_batch(weights, flops, n * 2 * c["n_layers"] * c["d_model"], ratio),
+              f"with grouped-query attention the cache holds n_kv_heads·d_head = {kv // (2 * c['n_layers'])} numbers "
+              "per token for K and for V in each layer, not d_model"),
+             (_smallest_batch(weights, flops, 0, ratio), "each sequence reads its own KV cache: the bytes grow with "
+              "the batch, by 2·2·L·n·n_kv_heads·d_head per sequence"),
+             (_smallest_batch(weights, 2 * weights, cache, ratio), "a decoding step also does the attention FLOPs "
+              "q·Kᵀ and a·V against the n cached keys: 4·L·n·d"),
+             (_smallest_batch(2 * weights, flops, 2 * cache, ratio), "16-bit numbers take 2 bytes, not 4"),
+             (None if expected is None else expected - 1, "the batch must reach the ratio: the smallest b with "
+              "b·FLOPs ≥ ratio·bytes (round up)")]
+    found = [hint for value, hint in hints if got == value and value != expected]
+    if found:   # an integer answer can fit more than one mistake: name each
+        raise CheckFailed(f"{what}: {'; or '.join(found)}\n  expected: {_plain(expected)}\n  got:      {_plain(got)}")
+    if expected is None:
+        raise CheckFailed(f"{what}: no batch reaches {ratio} FLOPs per byte here: each sequence brings its own cache, "
+                          f"so however large the batch the step does at most {flops / (2 * cache):.1f} FLOPs per byte "
+                          "of cache. Return None")
+    if got is None:
+        raise CheckFailed(f"{what}: a large enough batch reaches {ratio} FLOPs per byte here; return None only when "
+                          "no batch does")
+    _fail(f"{what} differs from the smallest batch whose FLOPs per byte reach the ratio", expected, got)
 
+
+def _plain(value: int | None) -> str:
+    return "None" if value is None else f"{value:,}"

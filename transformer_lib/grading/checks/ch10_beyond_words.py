@@ -1,8 +1,9 @@
 """Checks for the appendix exercises (Exercises 10): cross-sectional attention from given
-projections, patchify, the [CLS] token with positions, and linear attention in O(n).
+projections, the [CLS] token with positions, sliding-window attention in O(n·w) and linear
+attention in O(n).
 
 Above the judging line: what runs in the student's kernel (the inputs, visible and hidden, the
-calls of the student's functions and, for linear attention, what the kernel must measure while
+calls of the student's functions and, for the last two, what the kernel must measure while
 the student's function runs: the work its torch operations do, counted at the dispatch level at
 two sizes, the first tensor with an n × m pair of axes, and any way out of torch). Below it: the
 judges, which compute their references from the inputs, decide the growth rule and run in the
@@ -20,10 +21,9 @@ from torch.utils.flop_counter import flop_registry
 
 from .._harness import call, draw, hidden_generator, randn, run_check, seeded
 
-__all__ = ["check_cross_section_attention", "check_patchify", "check_vit_tokens", "check_linear_attention"]
+__all__ = ["check_cross_section_attention", "check_vit_tokens", "check_sliding_window", "check_linear_attention"]
 
 _ATTENTION = ("scaled_dot_product_attention", "multi_head_attention")
-_PATCHES = ("unfold", "im2col", "conv", "pixel_unshuffle")
 _LINEAR_BANS = _ATTENTION + ("softmax",)
 
 
@@ -53,27 +53,7 @@ def check_cross_section_attention(fn: Callable, X_t: torch.Tensor | None = None,
         f, *(c[key].clone() for key in ("X_t", "X_r", "W_Q", "W_K", "W_V")), banned=_ATTENTION)}, hidden)
 
 
-# ------------------------------------------------------------------------ 10.2 patchify
-
-def check_patchify(fn: Callable, images: torch.Tensor | None = None, p: int | None = None, hidden: int = 0) -> None:
-    """``fn(images (b, C, H, W), p) -> (b, (H/p)(W/p), C·p·p)``: row-major patches, each flattened
-    channel, then pixel row, then pixel column. Chapter 10."""
-    if hidden:
-        g = hidden_generator("patchify", hidden)
-        cases = []
-        for p_, rows, cols in [(draw(g, 2, 4), draw(g, 2, 3), draw(g, 3, 4)),   # more columns than rows
-                               (draw(g, 2, 3), draw(g, 3, 4), 1),              # one column of patches
-                               (draw(g, 4, 5), 1, draw(g, 2, 3))]:             # one row of patches
-            cases.append(dict(images=randn(g, draw(g, 1, 3), draw(g, 1, 3), rows * p_, cols * p_), p=p_))
-    else:
-        cases = [dict(images=seeded(40, 2, 3, 8, 8) if images is None else images, p=4 if p is None else p)]
-    for case in cases:
-        case["what"] = f"patchify(images, p={case['p']})"
-    run_check("patchify", fn, cases,
-              lambda f, c: {"patches": call(f, c["images"].clone(), c["p"], banned=_PATCHES)}, hidden)
-
-
-# ------------------------------------------------------------------------ 10.3 [CLS] and positions
+# ------------------------------------------------------------------------ 10.2 [CLS] and positions
 
 def check_vit_tokens(fn: Callable, patches: torch.Tensor | None = None, W_E: torch.Tensor | None = None,
                      cls: torch.Tensor | None = None, pos: torch.Tensor | None = None, hidden: int = 0) -> None:
@@ -96,7 +76,7 @@ def check_vit_tokens(fn: Callable, patches: torch.Tensor | None = None, W_E: tor
         f, *(c[key].clone() for key in ("patches", "W_E", "cls", "pos")))}, hidden)
 
 
-# ------------------------------------------------------------------------ 10.4 linear attention
+# ------------------------------------------------------------------------ 10.3 and 10.4: work in O(n)
 
 _LEAVING = ("numpy", "tolist", "__array__", "item", "__dlpack__")  # ways out of torch
 
@@ -155,8 +135,9 @@ class _Work(TorchDispatchMode):
         return out
 
 
-def _run_linear(fn: Callable, case: dict) -> dict:
-    """The student's linear attention at the case's two sizes, with the work done at each."""
+def _run_measured(fn: Callable, case: dict, banned: tuple[str, ...], *extra: Any) -> dict:
+    """The student's function at the case's two sizes (``extra`` arguments the same at both), with
+    the work done at each."""
     seen: dict[str, Any] = dict(left=None, made=None, made_by=None, inside=None, inside_op=None)
     out: dict[str, Any] = {}
     work = []
@@ -164,14 +145,16 @@ def _run_linear(fn: Callable, case: dict) -> dict:
         q, k, v = (case[key + size].clone() for key in ("q", "k", "v"))
         n, m = q.shape[-2], k.shape[-2]
         counter = _Work({(n, m), (m, n)}, seen)
-        with counter, _Results({(n, m), (m, n)}, seen):
-            out["Z" + size] = call(fn, q, k, v, banned=_LINEAR_BANS)
+        # einsum contracts its operands in the order written wherever the check runs (the optional
+        # package opt_einsum, where installed, would choose the order)
+        with counter, _Results({(n, m), (m, n)}, seen), torch.backends.opt_einsum.flags(enabled=False):
+            out["Z" + size] = call(fn, q, k, v, *extra, banned=banned)
         work.append(counter.work)
     return dict(out, work=work, **seen)
 
 
-def _linear_case(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Generator | None,
-                 scale: float = 1.0) -> dict:
+def _sized_case(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Generator | None, what: str,
+                scale: float = 1.0) -> dict:
     """A case: Q, K, V and, for the growth of the work, Q, K, V with 4 times the queries and keys."""
     lead, (n, d_k), (m, d_v) = q.shape[:-2], q.shape[-2:], v.shape[-2:]
     big = [(4 * n, d_k), (4 * m, d_k), (4 * m, d_v)]
@@ -179,10 +162,33 @@ def _linear_case(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Gen
         q2, k2, v2 = (seeded(63 + i, *lead, s, d, scale=1.5 if i < 2 else 1.0) for i, (s, d) in enumerate(big))
     else:
         q2, k2, v2 = (randn(g, *lead, s, d, scale=scale) for s, d in big)
-    return dict(q=q, k=k, v=v, q2=q2, k2=k2, v2=v2, what="linear_attention(Q, K, V)")
+    return dict(q=q, k=k, v=v, q2=q2, k2=k2, v2=v2, what=what)
 
 
 _PRIMES = (23, 29, 31, 37, 41, 43, 47, 53, 59, 61)  # n and m: no product of the other axes equals them
+_LINEAR_WHAT = "linear_attention(Q, K, V)"
+
+
+def check_sliding_window(fn: Callable, q: torch.Tensor | None = None, k: torch.Tensor | None = None,
+                         v: torch.Tensor | None = None, w: int = 3, hidden: int = 0) -> None:
+    """``fn(Q (…, n, d_k), K (…, n, d_k), V (…, n, d_v), w) -> (…, n, d_v)``: softmax attention in
+    which query i sees only the keys with |i − j| ≤ w, without an n × n tensor and with work
+    (counted at the dispatch level) that grows like n·w, not n². Chapter 10."""
+    if hidden:
+        g = hidden_generator("sliding_window", hidden)
+        cases = []
+        for dims, w_, scale in [(0, draw(g, 1, 5), 1.0), (1, 1, 2.0), (2, draw(g, 2, 5), 1.0)]:
+            lead = [draw(g, 1, 3) for _ in range(dims)]
+            n, d_k, d_v = _PRIMES[draw(g, 0, len(_PRIMES) - 1)], draw(g, 2, 8), draw(g, 1, 8)
+            case = _sized_case(randn(g, *lead, n, d_k, scale=scale), randn(g, *lead, n, d_k, scale=scale),
+                               randn(g, *lead, n, d_v), g, f"sliding_window(Q, K, V, w={w_})", scale)
+            cases.append(dict(case, w=w_))
+    else:
+        cases = [dict(_sized_case(seeded(66, 37, 4, scale=1.5) if q is None else q,
+                                  seeded(67, 37, 4, scale=1.5) if k is None else k,
+                                  seeded(68, 37, 3) if v is None else v, None, f"sliding_window(Q, K, V, w={w})"),
+                      w=w)]
+    run_check("sliding_window", fn, cases, lambda f, c: _run_measured(f, c, _ATTENTION, c["w"]), hidden)
 
 
 def check_linear_attention(fn: Callable, q: torch.Tensor | None = None, k: torch.Tensor | None = None,
@@ -198,13 +204,13 @@ def check_linear_attention(fn: Callable, q: torch.Tensor | None = None, k: torch
             i = draw(g, 0, len(_PRIMES) - 1)
             n, m = _PRIMES[i], _PRIMES[(i + draw(g, 1, len(_PRIMES) - 1)) % len(_PRIMES)]
             d_k, d_v = draw(g, 2, 8), draw(g, 1, 8)
-            cases.append(_linear_case(randn(g, *lead, n, d_k, scale=scale), randn(g, *lead, m, d_k, scale=scale),
-                                      randn(g, *lead, m, d_v), g, scale))
+            cases.append(_sized_case(randn(g, *lead, n, d_k, scale=scale), randn(g, *lead, m, d_k, scale=scale),
+                                     randn(g, *lead, m, d_v), g, _LINEAR_WHAT, scale))
     else:
-        cases = [_linear_case(seeded(60, 48, 4, scale=1.5) if q is None else q,
-                              seeded(61, 64, 4, scale=1.5) if k is None else k,
-                              seeded(62, 64, 3) if v is None else v, None)]
-    run_check("linear_attention", fn, cases, _run_linear, hidden)
+        cases = [_sized_case(seeded(60, 48, 4, scale=1.5) if q is None else q,
+                             seeded(61, 64, 4, scale=1.5) if k is None else k,
+                             seeded(62, 64, 3) if v is None else v, None, _LINEAR_WHAT)]
+    run_check("linear_attention", fn, cases, lambda f, c: _run_measured(f, c, _LINEAR_BANS), hidden)
 
 
 # ==== judging: runs in the grader, never loaded into a graded kernel ====
@@ -261,44 +267,6 @@ def _cross_section_attention(case: dict, out: dict) -> None:
         fail(f"Z differs from A (X_r W_V) (atol {atol})", expected_z, z)
 
 
-def _patches_shape(images: torch.Tensor, p: int) -> tuple[int, int, int]:
-    b, c, h, w = images.shape
-    return b, (h // p) * (w // p), c * p * p
-
-
-@judge("patchify", compare=("patches",), bans=_PATCHES,
-       ok=lambda cases, outs: "patchify: " + ", ".join(
-           f"{tuple(c['images'].shape)} with p = {c['p']} gives {_patches_shape(c['images'], c['p'])}" for c in cases)
-       + ", in the order of F.unfold (exact)")
-def _patchify(case: dict, out: dict) -> None:
-    images, p = case["images"], case["p"]
-    b, c, h, w = images.shape
-    rows, cols = h // p, w // p
-    expected = F.unfold(images, kernel_size=p, stride=p).transpose(1, 2).numpy()   # torch's im2col order
-    got = as_array(out["patches"], "patchify")
-    grid = images.reshape(b, c, rows, p, cols, p)
-    variants = {
-        "the patches are in column-major order: read them row by row, left to right, then the next "
-        "row of patches (patch (a, b) is token a·(W/p) + b)":
-            grid.permute(0, 4, 2, 1, 3, 5).reshape(b, rows * cols, c * p * p),
-        "inside a patch the channel must come first (C, row, column), not last (row, column, C)":
-            grid.permute(0, 2, 4, 3, 5, 1).reshape(b, rows * cols, c * p * p),
-        "inside a patch the pixels are flattened column by column: flatten row by row (C, row, column)":
-            grid.permute(0, 2, 4, 1, 5, 3).reshape(b, rows * cols, c * p * p),
-        "the image was cut into rows of W numbers, not into p × p squares: reshape to "
-        "(b, C, H/p, p, W/p, p) and move the two patch-grid axes in front":
-            images.reshape(b, c, rows * cols, p * p).permute(0, 2, 1, 3).reshape(b, rows * cols, c * p * p),
-    }
-    if got.shape == (b, c * p * p, rows * cols) and got.shape != expected.shape:
-        fail("the result is (b, C·p·p, L): one row per patch is wanted, (b, L, C·p·p)", expected.shape, got.shape)
-    check_shape(got, expected.shape, "patchify(images)", "(b, number of patches, C·p·p)")
-    for hint, variant in variants.items():
-        if close(got, variant.numpy(), 0, 0) and not close(got, expected, 0, 0):
-            fail(hint, expected, got)
-    if not close(got, expected, 0, 0):
-        fail("the patches differ from torch's F.unfold (im2col) order", expected, got)
-
-
 @judge("vit_tokens", compare=("tokens",), atol=1e-9, rtol=1e-9,
        ok=lambda cases, outs: "ViT tokens: [CLS] at position 0, embedded patches, positions added: " + ", ".join(
            str((c["patches"].shape[0], 1 + c["patches"].shape[1], c["W_E"].shape[1])) for c in cases))
@@ -353,26 +321,19 @@ def _form(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, phi: Callable[[torc
     return ((kernel / kernel.sum(dim, keepdim=True) if normalise else kernel) @ v).numpy()
 
 
-def _linear_ok(cases: list[dict], outs: list[dict]) -> str:
-    shapes = ", ".join(f"Q {tuple(c['q'].shape)}, K {tuple(c['k'].shape)}, V {tuple(c['v'].shape)}" for c in cases)
-    growth = ", ".join(f"{o['work'][1] / max(1, o['work'][0]):.1f}" for o in outs)
-    return (f"linear attention for {shapes} equals the quadratic form (rtol 1e-7) without building an n × m "
-            f"tensor; with 4 times the queries and keys its work grows {growth}-fold (4 for O(n), 16 for O(n·m))")
-
-
-@judge("linear_attention", compare=("Z", "Z2"), atol=1e-9, rtol=1e-7, bans=_LINEAR_BANS, ok=_linear_ok)
-def _linear_attention(case: dict, out: dict) -> None:
-    what, atol, rtol = case["what"], 1e-9, 1e-7
+def _work_verdict(case: dict, out: dict, matrix: str, fix: str, inside_hint: str) -> None:
+    """Fail a function that leaves torch, builds an n × m tensor (``matrix`` names it), or does work
+    that grows like n·m, or not at all, from the case's smaller size to its larger one (``fix``
+    says what to do instead)."""
+    what = case["what"]
     if out.get("left") in _LEAVING:
         raise CheckFailed(f"{what} leaves torch ({out['left']}): compute with torch operations")
     made = _shape(out.get("made"))
     if made is not None:
-        raise CheckFailed(f"{what} builds a tensor of shape {made} ({_name(out.get('made_by'))}), the n × m matrix "
-                          "φ(Q)φ(K)ᵀ that linear attention avoids: compute φ(K)ᵀV (d_k × d_v) first")
+        raise CheckFailed(f"{what} builds a tensor of shape {made} ({_name(out.get('made_by'))}), {matrix}: {fix}")
     inside = _shape(out.get("inside"))
     built = (f" Inside a torch function you call, {_name(out.get('inside_op'))} makes a tensor of shape {inside}, an "
-             "n × m matrix: a torch.einsum of three operands, for one, contracts two of them at a time, left to "
-             "right, through φ(Q)φ(K)ᵀ; contract φ(K) with V first.") if inside is not None else ""
+             f"n × m matrix{inside_hint}") if inside is not None else ""
     (n1, m1), (n2, m2) = (case["q"].shape[-2], case["k"].shape[-2]), (case["q2"].shape[-2], case["k2"].shape[-2])
     work = out.get("work")
     if not (isinstance(work, list) and len(work) == 2 and all(isinstance(w, int) and w >= 0 for w in work)):
@@ -383,13 +344,86 @@ def _linear_attention(case: dict, out: dict) -> None:
         how = built or " A loop over the queries still compares each query with every key."
         raise CheckFailed(f"{what} does O(n·m) work: with {n2 / n1:g} times more queries and keys its torch "
                           f"operations did {growth:.0f} times more work ({linear:g} times for O(n), {quadratic:g} for "
-                          f"O(n·m)).{how} Compute φ(K)ᵀV (d_k × d_v) and Σ_j φ(k_j) once, then one product per query.")
+                          f"O(n·m)).{how} {fix[0].upper() + fix[1:]}.")
     if inside is not None:
-        raise CheckFailed(f"{what} builds an n × m tensor, which linear attention avoids.{built}")
+        raise CheckFailed(f"{what} builds an n × m tensor, {matrix}.{built}")
     if growth < math.sqrt(linear):   # constant work grows 1-fold: the work at the smaller size is not the function's
         raise CheckFailed(f"{what}: with {n2 / n1:g} times more queries and keys its torch operations did only "
-                          f"{growth:.1f} times the work, where the work of linear attention grows {linear:g}-fold: "
+                          f"{growth:.1f} times the work, where work in O(n) grows {linear:g}-fold: "
                           "compute the same thing, the same way, for every input size")
+
+
+def _growth(outs: list[dict]) -> str:
+    return ", ".join(f"{o['work'][1] / max(1, o['work'][0]):.1f}" for o in outs)
+
+
+def _band(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: int, *, scale: float | None = None,
+          causal: bool = False, zero_padding: bool = False) -> np.ndarray:
+    """Softmax attention of query i over the keys |i − j| ≤ w (or a usual wrong variant)."""
+    n = q.shape[-2]
+    i, j = torch.arange(n)[:, None], torch.arange(n)[None, :]
+    allowed = ((i - j).abs() <= w) & ((j <= i) if causal else True)
+    scores = (q @ k.transpose(-2, -1)) * (1 / math.sqrt(q.shape[-1]) if scale is None else scale)
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    if zero_padding:   # the 2w + 1 window, with the positions beyond the ends as zero keys (score 0, value 0)
+        missing = (2 * w + 1 - allowed.sum(-1)).to(q.dtype)
+        e = torch.exp(scores - scores.amax(-1, keepdim=True).clamp_min(0))
+        pad = missing * torch.exp(-scores.amax(-1).clamp_min(0))
+        return ((e @ v) / (e.sum(-1) + pad)[..., None]).numpy()
+    return (torch.softmax(scores, -1) @ v).numpy()
+
+
+@judge("sliding_window", compare=("Z", "Z2"), atol=1e-9, rtol=1e-9, bans=_ATTENTION,
+       ok=lambda cases, outs: "sliding-window attention for " + ", ".join(
+           f"Q {tuple(c['q'].shape)}, w = {c['w']}" for c in cases) + " equals exact attention under the band "
+           f"|i − j| ≤ w without an n × n tensor; with 4 times the tokens its work grows {_growth(outs)}-fold "
+           "(4 for O(n·w), 16 for O(n²))")
+def _sliding_window(case: dict, out: dict) -> None:
+    what, w = case["what"], case["w"]
+    _work_verdict(case, out, "the n × n score matrix that a sliding window avoids",
+                  "score each query against its 2w + 1 neighbouring keys only (pad K and V with w rows at both "
+                  "ends, then take windows, or work block by block)", ".")
+    for size in ("", "2"):
+        q, k, v = case["q" + size], case["k" + size], case["v" + size]
+        expected = _band(q, k, v, w)
+        got = as_array(out["Z" + size], what)
+        check_shape(got, expected.shape, what, "one row per query, d_v columns: (…, n, d_v)")
+        check_finite(got, what, "a masked key must get the score −inf before the softmax, and every query "
+                     "sees at least itself")
+        for hint, variant in {
+            "the window is two-sided: query i sees the keys i − w … i + w, on both sides": lambda: _band(
+                q, k, v, w, causal=True),
+            "|i − j| ≤ w includes the keys at distance exactly w: the window holds 2w + 1 keys": lambda: _band(
+                q, k, v, w - 1),
+            "the window reaches one key too far: |i − j| ≤ w holds 2w + 1 keys": lambda: _band(q, k, v, w + 1),
+            f"did you forget to divide the scores by √d_k = √{q.shape[-1]}?": lambda: _band(q, k, v, w, scale=1.0),
+            "near the ends the window is shorter: the padding beyond the first and last token must get weight 0 "
+            "(score −inf before the softmax), not the score 0 of a zero key": lambda: _band(
+                q, k, v, w, zero_padding=True),
+            "each query attends to every key: only the keys with |i − j| ≤ w count": lambda: _band(
+                q, k, v, q.shape[-2]),
+        }.items():
+            variant = variant()
+            if close(got, variant, 1e-9, 1e-9) and not close(got, expected, 1e-9, 1e-9):
+                fail(f"{what}: {hint}", expected, got)
+        if not close(got, expected, 1e-9, 1e-9):
+            fail(f"{what} differs from softmax attention masked to |i − j| ≤ w (atol 1e-9)", expected, got)
+
+
+def _linear_ok(cases: list[dict], outs: list[dict]) -> str:
+    shapes = ", ".join(f"Q {tuple(c['q'].shape)}, K {tuple(c['k'].shape)}, V {tuple(c['v'].shape)}" for c in cases)
+    return (f"linear attention for {shapes} equals the quadratic form (rtol 1e-7) without building an n × m "
+            f"tensor; with 4 times the queries and keys its work grows {_growth(outs)}-fold (4 for O(n), 16 for "
+            "O(n·m))")
+
+
+@judge("linear_attention", compare=("Z", "Z2"), atol=1e-9, rtol=1e-7, bans=_LINEAR_BANS, ok=_linear_ok)
+def _linear_attention(case: dict, out: dict) -> None:
+    what, atol, rtol = case["what"], 1e-9, 1e-7
+    _work_verdict(case, out, "the n × m matrix φ(Q)φ(K)ᵀ that linear attention avoids",
+                  "compute φ(K)ᵀV (d_k × d_v) and Σ_j φ(k_j) once, then one product per query",
+                  ": a torch.einsum of three operands, for one, contracts two of them at a time, left to right, "
+                  "through φ(Q)φ(K)ᵀ; contract φ(K) with V first.")
     for size in ("", "2"):
         q, k, v = case["q" + size], case["k" + size], case["v" + size]
         expected = _form(q, k, v, _elu1)

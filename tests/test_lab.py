@@ -1,0 +1,105 @@
+"""The training lab (`python -m transformer_lib.lab`, Chapter 7): on a budget of a few seconds
+with a tiny model its validation loss falls far below the untrained model's, its last line
+parses and states what it did, its checkpoint reloads into `GPT` with the same validation loss
+and samples the same text with the same seed; its schedule and its evaluation protocol are
+checked against independent computations."""
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from transformer_lib import lab
+from transformer_lib.config import ModelConfig
+from transformer_lib.corpus import SHAKESPEARE_ALPHABET, shakespeare_ids
+from transformer_lib.data import CharTokenizer
+from transformer_lib.model import GPT
+
+LAST = re.compile(r"val_loss=(\d+\.\d{3}) steps=(\d+) tokens=(\d+) seconds=(\d+\.\d)")
+TINY = ["--d-model", "32", "--layers", "1", "--heads", "2", "--batch", "16", "--threads", "1",
+        "--warmup", "10", "--lr", "1e-2", "--no-progress"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("lab")
+    import contextlib
+    import io
+
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        assert lab.main(["shakespeare", "--seconds", "3", "--seed", "1", "--out", str(out), "--curve", "1", *TINY]) == 0
+    torch.set_num_threads(1)
+    return out, buffer.getvalue().rstrip("\n").split("\n")
+
+
+def test_the_last_line_parses_and_the_loss_falls(run):
+    out, lines = run
+    m = LAST.fullmatch(lines[-1])
+    assert m, lines[-1]
+    val, steps, tokens, seconds = float(m[1]), int(m[2]), int(m[3]), float(m[4])
+    assert tokens == steps * 16 * 64 and steps > 20
+    assert 3.0 <= seconds < 4.0
+    untrained = math.log(len(SHAKESPEARE_ALPHABET))           # 4.43: a model that knows nothing
+    assert val < untrained - 0.5, val
+    curve = (out / "curve.csv").read_text().split("\n")[1:-1]
+    losses = [float(row.split(",")[2]) for row in curve]
+    assert len(losses) >= 3 and losses[-1] < losses[0], losses
+
+
+def test_the_checkpoint_reloads_and_samples_the_same_text(run):
+    out, lines = run
+    model, tokenizer = lab.load_checkpoint(out / "checkpoint.pt")
+    assert isinstance(model, GPT) and tokenizer.vocab_size == len(SHAKESPEARE_ALPHABET)
+    sample = (out / "sample.txt").read_text()[:-1]
+    assert sample.startswith(lab.PROMPT) and len(sample) == len(lab.PROMPT) + 500
+    assert lab.sample(model, tokenizer, seed=1) == sample
+    assert lab.sample(model, tokenizer, seed=2) != sample
+    _, val_ids = shakespeare_ids()
+    reported = float(LAST.fullmatch(lines[-1])[1])
+    assert abs(lab.validation_loss(model, val_ids) - reported) < 5e-4
+
+
+def test_validation_loss_is_the_mean_over_non_overlapping_windows_of_64():
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(vocab_size=7, n_ctx=64, d_model=8, n_layers=1, n_heads=2)).eval()
+    ids = torch.randint(0, 7, (64 * 5 + 3,), generator=torch.Generator().manual_seed(1))
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for start in range(0, len(ids) - 64, 64):                 # windows 0..63, 64..127, …
+            x, y = ids[start:start + 64], ids[start + 1:start + 65]
+            total += F.cross_entropy(model(x[None])[0], y, reduction="sum").item()
+            count += 64
+    assert count == 5 * 64
+    assert abs(lab.validation_loss(model, ids, batch=2) - total / count) < 1e-6
+
+
+def test_the_schedule_warms_up_then_decays_to_a_tenth_at_the_budget():
+    peak = 3e-3
+    assert lab.lr_at(0, 0.0, peak, warmup=10) == pytest.approx(peak / 10)
+    assert lab.lr_at(9, 0.0, peak, warmup=10) == pytest.approx(peak)
+    assert lab.lr_at(100, 0.5, peak, warmup=10) == pytest.approx(peak * 0.55)
+    assert lab.lr_at(100, 1.0, peak, warmup=10) == pytest.approx(peak * 0.1)
+    assert lab.lr_at(100, 1.5, peak, warmup=10) == pytest.approx(peak * 0.1)
+
+
+@pytest.mark.parametrize("args, phrase", [
+    (["--seconds", "0"], "--seconds: expected a number > 0, got 0.0"),
+    (["--context", "32"], "--context: expected at least the 64 characters"),
+    (["--batch", "0"], "--batch: expected an int >= 1, got 0"),
+])
+def test_bad_options_are_refused_by_name(args, phrase, capsys):
+    with pytest.raises(SystemExit) as err:
+        lab.main(["shakespeare", *args])
+    assert phrase in str(err.value)
+
+
+def test_sample_is_deterministic_and_uses_the_tokenizer():
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(vocab_size=len(SHAKESPEARE_ALPHABET), n_ctx=64, d_model=16, n_layers=1, n_heads=2))
+    tok = CharTokenizer(SHAKESPEARE_ALPHABET)
+    a, b = lab.sample(model, tok, n=80, seed=3), lab.sample(model, tok, n=80, seed=3)
+    assert a == b and len(a) == len(lab.PROMPT) + 80 and set(a) <= set(SHAKESPEARE_ALPHABET)

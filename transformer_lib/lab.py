@@ -1,0 +1,195 @@
+"""The training lab: a character-level GPT trained on Shakespeare against the clock.
+
+    python -m transformer_lib.lab shakespeare --seconds 60 --seed 0 [--out DIR]
+
+trains the library's ``GPT`` on the training split of the Shakespeare corpus
+(``transformer_lib.corpus``) for ``--seconds`` of wall time, with AdamW and a learning rate
+that warms up linearly over the first steps and then follows a cosine from its peak down to a
+tenth of it, reached exactly when the time is up (the schedule is a function of the elapsed
+fraction of the budget, not of a step count). A progress bar shows the running training loss.
+Then it measures the validation loss, the mean next-character cross-entropy over the whole
+validation split in non-overlapping windows of 64 characters (the same protocol whatever
+context the model trains with), writes ``checkpoint.pt``, ``sample.txt`` and, with
+``--curve S``, ``curve.csv`` (the loss on every eighth validation window each S seconds, the
+clock paused while it is measured) to DIR, and prints as its last line::
+
+    val_loss=1.873 steps=2105 tokens=4310016 seconds=60.0
+
+The model size, batch, context, peak learning rate and threads are options; their defaults
+are the configuration the README reports. Chapter 7.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import os
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+# Two OpenMP threads that spin while they wait for each other lose most of their time when other
+# programs share the two cores; waiting passively costs nothing measurable when they do not.
+# (Read when torch loads OpenMP: it takes effect when the lab runs as a program.)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+import torch  # noqa: E402
+from torch import Tensor  # noqa: E402
+
+from transformer_lib.config import ModelConfig  # noqa: E402
+from transformer_lib.corpus import SHAKESPEARE_ALPHABET, shakespeare_ids  # noqa: E402
+from transformer_lib.data import CharTokenizer, text_batch  # noqa: E402
+from transformer_lib.model import GPT  # noqa: E402
+from transformer_lib.train import cross_entropy_loss  # noqa: E402
+
+__all__ = ["EVAL_WINDOW", "LAB_DEFAULTS", "lr_at", "validation_loss", "load_checkpoint", "sample", "main"]
+
+EVAL_WINDOW = 64
+# The configuration the lab trains by default (the README's), also the size `make bench` times.
+LAB_DEFAULTS = dict(vocab_size=len(SHAKESPEARE_ALPHABET), d_model=128, layers=4, heads=4, context=64,
+                    batch=32, lr=3e-3, warmup=50, threads=2)
+PROMPT = "KING.\n"
+
+
+def lr_at(step: int, elapsed: float, peak: float, warmup: int, floor: float = 0.1) -> float:
+    """Learning rate after ``step`` steps and a fraction ``elapsed`` of the time budget: a linear
+    warm-up over ``warmup`` steps, times a cosine from ``peak`` to ``floor·peak`` at
+    ``elapsed = 1``. Chapter 7."""
+    cosine = floor + (1 - floor) * 0.5 * (1 + math.cos(math.pi * min(max(elapsed, 0.0), 1.0)))
+    return peak * min(1.0, (step + 1) / warmup) * cosine
+
+
+def _windows(ids: Tensor, every: int = 1) -> tuple[Tensor, Tensor]:
+    """Non-overlapping windows of ``EVAL_WINDOW`` characters: inputs and targets
+    ``(n_windows, 64)``, every ``every``-th window."""
+    x = ids[:-1].unfold(0, EVAL_WINDOW, EVAL_WINDOW)[::every]
+    y = ids[1:].unfold(0, EVAL_WINDOW, EVAL_WINDOW)[::every]
+    return x, y
+
+
+@torch.no_grad()
+def validation_loss(model: GPT, ids: Tensor, every: int = 1, batch: int = 512) -> float:
+    """Mean next-character cross-entropy (nats) of ``model`` over ``ids (N,)`` in non-overlapping
+    windows of 64 characters (every ``every``-th window). Chapter 7."""
+    was_training = model.training
+    model.eval()
+    x, y = _windows(ids, every)
+    total = 0.0
+    for i in range(0, len(x), batch):
+        total += float(cross_entropy_loss(model(x[i:i + batch]), y[i:i + batch])) * y[i:i + batch].numel()
+    model.train(was_training)
+    return total / y.numel()
+
+
+def sample(model: GPT, tokenizer: CharTokenizer, n: int = 500, seed: int = 0, prompt: str = PROMPT) -> str:
+    """``prompt`` and ``n`` characters sampled from ``model`` (temperature 0.8, top-10) with a
+    generator seeded by ``seed``: the same text for the same weights and seed. Chapter 7."""
+    was_training = model.training
+    ids = model.eval().generate(tokenizer.encode(prompt), n, temperature=0.8, top_k=10,
+                                generator=torch.Generator().manual_seed(seed))
+    model.train(was_training)
+    return tokenizer.decode(ids)
+
+
+def load_checkpoint(path: str | Path) -> tuple[GPT, CharTokenizer]:
+    """A ``checkpoint.pt`` written by the lab -> ``(GPT with its weights, its tokenizer)``.
+    Chapter 7."""
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    model = GPT(ModelConfig(**state["config"]))
+    model.load_state_dict(state["model"])
+    return model.eval(), CharTokenizer(state["alphabet"])
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m transformer_lib.lab", description=__doc__.split("\n\n")[0])
+    p.add_argument("corpus", choices=["shakespeare"])
+    p.add_argument("--seconds", type=float, default=60.0, help="wall-clock training budget (default 60)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", type=Path, default=Path("_build/lab"), help="folder for checkpoint, sample, curve")
+    p.add_argument("--d-model", type=int, default=LAB_DEFAULTS["d_model"])
+    p.add_argument("--layers", type=int, default=LAB_DEFAULTS["layers"])
+    p.add_argument("--heads", type=int, default=LAB_DEFAULTS["heads"])
+    p.add_argument("--context", type=int, default=LAB_DEFAULTS["context"])
+    p.add_argument("--batch", type=int, default=LAB_DEFAULTS["batch"])
+    p.add_argument("--lr", type=float, default=LAB_DEFAULTS["lr"], help="peak learning rate")
+    p.add_argument("--warmup", type=int, default=LAB_DEFAULTS["warmup"], help="warm-up steps")
+    p.add_argument("--threads", type=int, default=LAB_DEFAULTS["threads"])
+    p.add_argument("--curve", type=float, default=0.0, help="measure a validation curve every S seconds")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    return p
+
+
+def _checked(args: argparse.Namespace) -> argparse.Namespace:
+    for name in ("seconds", "lr"):
+        if not getattr(args, name) > 0:
+            raise SystemExit(f"--{name}: expected a number > 0, got {getattr(args, name)}")
+    for name in ("d_model", "layers", "heads", "batch", "warmup", "threads"):
+        if getattr(args, name) < 1:
+            raise SystemExit(f"--{name.replace('_', '-')}: expected an int >= 1, got {getattr(args, name)}")
+    if args.context < EVAL_WINDOW:
+        raise SystemExit(f"--context: expected at least the {EVAL_WINDOW} characters of the validation "
+                         f"windows, got {args.context}")
+    return args
+
+
+def _train(model: GPT, train_ids: Tensor, val_ids: Tensor, args: argparse.Namespace,
+           curve: list[tuple[float, int, float]]) -> tuple[int, float]:
+    """The timed loop; returns (steps, training seconds). Chapter 7."""
+    from tqdm import tqdm
+
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.99), weight_decay=0.1,
+                            foreach=True)
+    gen = torch.Generator().manual_seed(args.seed)
+    bar = tqdm(total=round(args.seconds), unit="s", disable=args.no_progress, file=sys.stderr,
+               bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s{postfix}")
+    steps, clock, running, next_curve = 0, 0.0, None, args.curve
+    while clock < args.seconds:
+        start = time.perf_counter()
+        for group in opt.param_groups:
+            group["lr"] = lr_at(steps, clock / args.seconds, args.lr, args.warmup)
+        x, y = text_batch(train_ids, args.batch, args.context, gen)
+        loss = cross_entropy_loss(model(x), y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        steps += 1
+        clock += time.perf_counter() - start
+        value = loss.item()
+        running = value if running is None else 0.95 * running + 0.05 * value
+        bar.set_postfix_str(f"loss {running:.3f}, step {steps}", refresh=False)
+        bar.update(min(clock, args.seconds) - bar.n)
+        if args.curve and (clock >= next_curve or clock >= args.seconds):   # clock paused
+            curve.append((clock, steps, validation_loss(model, val_ids, every=8)))
+            next_curve += args.curve
+    bar.close()
+    return steps, clock
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The command line (module docstring). Chapter 7."""
+    args = _checked(_parser().parse_args(argv))
+    torch.set_num_threads(args.threads)
+    train_ids, val_ids = shakespeare_ids()
+    config = ModelConfig(vocab_size=len(SHAKESPEARE_ALPHABET), n_ctx=args.context, d_model=args.d_model,
+                         n_layers=args.layers, n_heads=args.heads, bias=False)
+    torch.manual_seed(args.seed)
+    model = GPT(config)
+    curve: list[tuple[float, int, float]] = []
+    steps, seconds = _train(model, train_ids, val_ids, args, curve)
+    val = validation_loss(model, val_ids)
+    args.out.mkdir(parents=True, exist_ok=True)
+    torch.save({"config": asdict(config), "model": model.state_dict(), "alphabet": SHAKESPEARE_ALPHABET,
+                "seed": args.seed, "val_loss": val}, args.out / "checkpoint.pt")
+    text = sample(model, CharTokenizer(SHAKESPEARE_ALPHABET), seed=args.seed)
+    (args.out / "sample.txt").write_text(text + "\n")
+    if curve:
+        with open(args.out / "curve.csv", "w", newline="") as f:
+            csv.writer(f).writerows([("seconds", "steps", "val_loss_every_8th_window"),
+                                     *[(f"{s:.2f}", n, f"{v:.4f}") for s, n, v in curve]])
+    print(text)
+    print(f"val_loss={val:.3f} steps={steps} tokens={steps * args.batch * args.context} seconds={seconds:.1f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
