@@ -4,7 +4,12 @@ One nbgrader course holds every instructor notebook as one assignment. ``generat
 must accept them unchanged and write the same code cells as our ``release`` (the committed
 student notebooks); one ``autograde`` run then grades two students: ``solved`` hands in the
 instructor notebooks without their hidden tests (nbgrader restores them), ``blank`` the committed
-student notebooks. Every notebook scores full marks for the first and zero for the second.
+student notebooks. Each graded notebook scores full marks for the first and zero for the second.
+
+``autograde`` executes every notebook it grades, one after another (two minutes for all of them),
+so it grades the notebooks of ``AUTOGRADED``: the first chapter's, chapter 7's (the behaviour checks)
+and the last appendix's. What it would do with the others, our own grader does for every notebook
+through the command line (tests/test_grading_notebooks.py) with the same checks and hidden tests.
 """
 from __future__ import annotations
 
@@ -24,6 +29,7 @@ pytest.importorskip("nbgrader")
 
 SOURCES = sorted((REPO / "exercises" / "source").glob("*.ipynb"))
 STEMS = [p.stem for p in SOURCES]
+AUTOGRADED = [STEMS[0], "07_causal_masking", STEMS[-1]]
 ASSIGNMENT = "exercises"
 
 
@@ -45,7 +51,7 @@ def course(tmp_path_factory):
     for student in ("solved", "blank"):
         folder = root / "submitted" / student / ASSIGNMENT
         folder.mkdir(parents=True)
-        for path in SOURCES:
+        for path in (p for p in SOURCES if p.stem in AUTOGRADED):
             nb = as_handed_in(read(path)) if student == "solved" else read(REPO / "exercises" / path.name)
             (folder / path.name).write_text(dumps(nb), encoding="utf-8")
     graded = _nbgrader(root, "autograde", ASSIGNMENT, "--force")
@@ -55,7 +61,7 @@ def course(tmp_path_factory):
     scores = {}
     with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gradebook:
         for student in ("solved", "blank"):
-            for stem in STEMS:
+            for stem in AUTOGRADED:
                 nb = gradebook.find_submission_notebook(stem, ASSIGNMENT, student)
                 scores[student, stem] = (nb.score, nb.max_score)
     return root, scores
@@ -70,7 +76,7 @@ def test_generate_assignment_writes_our_student_notebook(course, stem):
     assert code[0] == code[1]
 
 
-@pytest.mark.parametrize("stem", STEMS)
+@pytest.mark.parametrize("stem", AUTOGRADED)
 def test_autograde_gives_full_marks_when_solved_and_zero_when_blank(course, stem):
     _, scores = course
     points = sum(c.metadata["nbgrader"]["points"] for _, c in check_cells(read(REPO / "exercises" / "source" /
