@@ -294,7 +294,7 @@ BROKEN = {
         CH4, [("lib:transformer_lib.patching:_block", [("return hooks(at + \"hook_resid_post\", skip(mid) + m)",
                                                         "return hooks(at + \"hook_resid_post\", skip(x) + m)")]),
               ("from transformer_lib.attribution import direct_logit_attribution", [])],
-        "assert torch.equal(logits_cached, logits64)"),
+        "torch.testing.assert_close(logits_cached, logits64"),
     "4 attribution: the MLPs' shares filed under the attention bias": (
         CH4, [("lib:transformer_lib.attribution:direct_logit_attribution", [("labels.append(f\"L{l} b_O\")", "labels.append(f\"L{l} swap\")"),
                                                                            ("labels.append(f\"L{l} MLP\")", "labels.append(f\"L{l} b_O\")"),
