@@ -81,7 +81,16 @@ class AttentionOnly(torch.nn.Module):
 def test_induction_head(seed):
     """Layer 2 finds the token after the previous occurrence by content: in every gap it puts
     far more weight there than a head attending by position could average (1/(G+1)); layer 1
-    holds a previous-token head the induction head depends on."""
+    holds a previous-token head. Removing layer 1 pushes the loss above a blind guess (measured
+    over the five seeds: 4.62 to 6.59 nats, a guess 3.43). Patching shows the circuit causally (the chapter's
+    experiment): with r_0, r_2, r_4, r_6 of the first copy replaced, the previous-token head
+    patched from the clean run at the positions after them recovers the loss at the queries
+    (0.55 to 0.98) and the induction head's weight on its target (0.53 to 0.93, from 0.05 to
+    0.08); the other layer-1 head recovers less (0.12 to 0.38; 0.18 below the previous-token
+    head in the closest seed), the previous-token head one position to the left nothing (at most
+    0.002), and no single-position patch of layer 1 elsewhere more than 0.009; patched one answer position
+    at a time, the previous-token head's fractions add up to 0.55 to 0.98, the other head's to 0.12
+    to 0.36."""
     torch.set_num_threads(1)
     seg, gap_max, V = 8, 8, 32
     torch.manual_seed(seed)
@@ -112,7 +121,71 @@ def test_induction_head(seed):
     assert loss < 0.2 * chance, loss
     assert worst.max() > 0.5 > 1 / (gap_max + 1), worst
     assert prev.max() > 0.7, prev
-    assert cut_loss > 0.5 * chance, cut_loss
+    assert cut_loss > chance + 0.5, cut_loss
+    ind_head = int(worst.argmax())
+    _patching_claims(model, x[gap == 3], int(prev.argmax()), ind_head, seg, V)
+
+
+def _patched(model, ids, patch=None):
+    """Logits and layer-2 attention of a run in which ``patch = (head, positions, z)`` replaces
+    that layer-1 head's output (its d_k columns of W_O's input) by z's at those positions; also
+    returns layer 1's W_O input."""
+    attn0, seen, maps = model.attn[0], [], []
+
+    def hook(module, args):
+        z = args[0].clone()
+        if patch is not None:
+            head, positions, source = patch
+            z.view(*z.shape[:2], attn0.n_heads, -1)[:, positions, head] = \
+                source.view(*z.shape[:2], attn0.n_heads, -1)[:, positions, head]
+        seen.append(z)
+        return (z,)
+
+    handle = attn0.out_proj.register_forward_pre_hook(hook)
+    try:
+        with torch.no_grad():
+            logits = model(ids, maps)
+    finally:
+        handle.remove()
+    return logits, maps[1], seen[0]
+
+
+def _patching_claims(model, x, prev_head, ind_head, seg, V):
+    T = x.shape[1]
+    first = int(next(j for j in range(T) if x[0, j] == x[0, T - seg + 1]))   # r_0, first copy
+    J = torch.arange(0, seg - 1, 2)
+    queries, answers = T - seg + 1 + J, first + 1 + J
+    corr = x.clone()
+    g = torch.Generator().manual_seed(1)
+    for b in range(len(x)):
+        pool = torch.tensor([t for t in range(1, V) if t not in set(x[b].tolist())])
+        corr[b, first + J] = pool[torch.randperm(len(pool), generator=g)[:len(J)]]
+    targets = x[:, answers]
+
+    def loss_att(run):
+        logits, att, _ = run
+        loss = F.cross_entropy(logits[:, queries].reshape(-1, V), targets.reshape(-1)).item()
+        return loss, att[:, ind_head, queries, answers].mean().item()
+
+    clean_run = _patched(model, x)
+    (l_clean, a_clean), (l_corr, a_corr) = loss_att(clean_run), loss_att(_patched(model, corr))
+    z = clean_run[2]
+
+    def r(head, positions):
+        loss, att = loss_att(_patched(model, corr, (head, positions, z)))
+        return (l_corr - loss) / (l_corr - l_clean), att
+
+    r_prev, a_prev = r(prev_head, answers)
+    r_other, _ = r(1 - prev_head, answers)
+    r_left, _ = r(prev_head, answers - 1)
+    elsewhere = [abs(r(h, [p])[0]) for h in range(2) for p in range(T) if p not in answers]
+    one_at_a_time = [sum(r(h, [p])[0] for p in answers) for h in (prev_head, 1 - prev_head)]
+    assert l_corr - l_clean > 3 and a_corr < 0.25 < 0.9 < a_clean, (l_clean, l_corr, a_clean, a_corr)
+    assert r_prev > 0.5 and a_prev > 0.45, (r_prev, a_prev)
+    assert r_other < 0.45 and r_prev - r_other > 0.1, (r_prev, r_other)
+    assert abs(r_left) < 0.05, r_left
+    assert max(elsewhere) < 0.05, max(elsewhere)
+    assert one_at_a_time[0] > one_at_a_time[1] + 0.1, one_at_a_time
 
 
 def _step_seconds(model: GPT, lengths: np.ndarray, repeats: int = 15) -> tuple[np.ndarray, np.ndarray]:

@@ -556,6 +556,29 @@ BROKEN = {
         CH7, [("xi, yi = induction_task(512", [("maps[1][rows, :, q_pos, k_pos]",
                                                 "maps[1][rows, :, q_pos, k_pos - 1]")])],
         "assert ind_worst > 0.5"),
+    "7 patching: the hook swaps in the other head's columns": (
+        CH7, [("def run_patched(ids", [("cols = slice(head * d_k, (head + 1) * d_k)",
+                                        "cols = slice((1 - head) * d_k, (2 - head) * d_k)")]),
+              ("# the hook changes what it should", [])],
+        "assert r_prev > 0.5 and att_prev > 0.45"),
+    "7 patching: the hook patches the position before the chosen one": (
+        CH7, [("def run_patched(ids", [("z[:, positions, cols] = source[l][:, positions, cols]",
+                                        "z[:, np.subtract(positions, 1), cols] = "
+                                        "source[l][:, np.subtract(positions, 1), cols]")]),
+              ("# the hook changes what it should", [])],
+        "assert r_prev > 0.5 and att_prev > 0.45"),
+    "7 patching: the hook patches every head of the layer": (
+        CH7, [("def run_patched(ids", [("cols = slice(head * d_k, (head + 1) * d_k)", "cols = slice(None)")]),
+              ("# the hook changes what it should", [])],
+        "assert r_other < 0.45 and r_prev - r_other > 0.1"),
+    "7 patching: the library's recovered fraction measured from the clean end": (
+        CH7, [("lib:transformer_lib.patching:recovered_fraction", [("return (patched - corrupted) / (clean - corrupted)",
+                                                                    "return (clean - patched) / (clean - corrupted)")]),
+              ("def run_patched(ids", []), ("# the hook changes what it should", [])],
+        "assert r_prev > 0.5 and att_prev > 0.45"),
+    "7 patching map: layer 2's rows patch layer 1": (
+        CH7, [("patch_map = np.zeros(", [("run_patched(x_corr, l, h, [p], z_clean)", "run_patched(x_corr, 0, h, [p], z_clean)")])],
+        "assert np.abs(patch_map[~expected]).max() < 0.05"),
     "7 generate: the library's cache forgets how many tokens it holds": (
         CH7, [("lib:transformer_lib.model:GPT._cache_len", [("return 0 if k is None else k.shape[-2]", "return 0")]),
               ("gen_gpt = GPT(ModelConfig(vocab_size=50", [])],

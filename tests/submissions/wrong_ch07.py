@@ -50,6 +50,34 @@ _HISTORY = """
     return z, {caches}
     """
 
+_PATCH = """
+    attn = model.blocks[layer].attn
+    d_k = attn.out_proj.in_features // attn.n_heads
+    cols = slice({head} * d_k, ({head} + 1) * d_k)
+    rows = {positions}
+    seen = {{}}
+
+    def record(module, args):
+        seen["clean"] = args[0].clone()
+
+    def swap(module, args):
+        z = args[0].clone()
+        z[:, rows, cols] = seen["clean"][:, rows, cols]
+        return (z,)
+
+    with torch.no_grad():
+        handle = attn.out_proj.register_forward_pre_hook(record)
+        clean = metric(model(clean_ids))
+        handle.remove()
+        corrupted = metric(model(corrupted_ids))
+        handle = attn.out_proj.register_forward_pre_hook(swap)
+        patched = metric(model(corrupted_ids))
+        {remove}
+    return {result}
+    """
+_RIGHT = dict(head="head", positions="positions", remove="handle.remove()",
+              result="(patched - corrupted) / (clean - corrupted)")
+
 WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
     "07_causal_masking": {
         "masks: the decoder's padding not masked": ({"seq2seq_masks": _MASKS.format(
@@ -155,5 +183,25 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             q, k, v = project(x_t)
             return q, K_cache, V_cache
             """}, {"check_gqa_step"}, "did you append the new key"),
+        "patching: the next head": ({"patch_head": _PATCH.format(**{**_RIGHT, "head": "((head + 1) % attn.n_heads)"})},
+                                    {"check_patch_head"}, "head h is the d_k columns"),
+        "patching: the position before each one given": ({"patch_head": _PATCH.format(
+            **{**_RIGHT, "positions": "[p - 1 for p in positions]"})}, {"check_patch_head"}, "one to the left"),
+        "patching: the recovered fraction from the clean end": ({"patch_head": _PATCH.format(
+            **{**_RIGHT, "result": "(clean - patched) / (clean - corrupted)"})}, {"check_patch_head"},
+            "measured from the wrong end"),
+        "patching: every position": ({"patch_head": _PATCH.format(**{**_RIGHT, "positions": "slice(None)"})},
+                                     {"check_patch_head"}, "patches every position"),
+        "patching: every head of the layer": ({"patch_head": _PATCH.format(
+            **{**_RIGHT, "head": "0"}).replace("cols = slice(0 * d_k, (0 + 1) * d_k)", "cols = slice(None)")},
+            {"check_patch_head"}, "patches every head"),
+        "patching: the hook left in place": ({"patch_head": _PATCH.format(**{**_RIGHT, "remove": "pass"})},
+                                             {"check_patch_head"}, "remove the hook"),
+        "patching: the corrupted head run on the clean input": ({"patch_head": _PATCH.format(**_RIGHT).replace(
+            "handle = attn.out_proj.register_forward_pre_hook(record)\n        clean = metric(model(clean_ids))",
+            "handle = attn.out_proj.register_forward_pre_hook(record)\n        model(corrupted_ids)\n"
+            "        handle.remove()\n        clean = metric(model(clean_ids))").replace(
+            "patched = metric(model(corrupted_ids))", "patched = metric(model(clean_ids))")},
+            {"check_patch_head"}, "runs the clean input with the corrupted run's head"),
     },
 }

@@ -24,6 +24,7 @@ from .ch04_residual import *  # noqa: F403
 from .ch05_multihead import *  # noqa: F403
 from .ch06_positional import *  # noqa: F403
 from .ch07_causal import *  # noqa: F403
+from .ch07_patching import *  # noqa: F403
 from .ch08_moe import *  # noqa: F403
 from .ch09_counting import *  # noqa: F403
 from .ch10_beyond_words import *  # noqa: F403
