@@ -11,6 +11,7 @@ cannot pass for two paths."""
 from __future__ import annotations
 
 import itertools
+import warnings
 
 import pytest
 import torch
@@ -138,6 +139,20 @@ def test_weights_or_flop_counting_take_the_explicit_path(fused_calls):
     assert counter.get_total_flops() == 4 * 2 * B * 10 * D * D + 2 * (2 * B * 10 * 10 * D)
     torch.testing.assert_close(layer(x), out, atol=1e-6, rtol=1e-6)
     assert fused_calls == [True]
+
+
+def test_torch_func_transforms_take_the_explicit_path(fused_calls):
+    """torch.func (jacrev, vmap) has no batching rule for the fused kernel's backward: it would warn
+    and fall back to a slow loop. The Jacobian is the explicit path's, checked by finite differences."""
+    layer = MultiHeadAttention(D, H, causal=True).double()
+    x = torch.randn(3, D, dtype=torch.float64)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        jac = torch.func.jacrev(layer)(x)
+    assert fused_calls == [] and jac.shape == (3, D, 3, D)
+    eps, e = 1e-6, torch.zeros_like(x)
+    e[1, 2] = eps
+    torch.testing.assert_close(jac[..., 1, 2], (layer(x + e) - layer(x - e)) / (2 * eps), atol=1e-8, rtol=1e-6)
 
 
 @pytest.mark.parametrize("positional", ["learned", "rope", "alibi"])

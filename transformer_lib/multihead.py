@@ -14,14 +14,16 @@ Two paths compute the same attention. The explicit one (the library's own
 is what ``FlopCounterMode`` counts; the fused one calls ``torch.nn.functional.
 scaled_dot_product_attention``, one kernel that never stores the ``(n, m)`` weights, and is
 what a model trains with. The layer takes the fused path unless the weights are requested,
-``fused`` is False, or a torch dispatch mode is active (``FlopCounterMode`` is one: it has no
-formula for the CPU fused kernel, so counting FLOPs takes the explicit path).
+``fused`` is False, a torch dispatch mode is active (``FlopCounterMode`` is one: it has no
+formula for the CPU fused kernel, so counting FLOPs takes the explicit path) or a ``torch.func``
+transform (``jacrev``, ``vmap``) is running.
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch._C._functorch import is_functorch_wrapped_tensor
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from transformer_lib._checks import (require_bool, require_instance, require_int, require_mask,
@@ -37,9 +39,7 @@ def split_heads(x: Tensor, n_heads: int) -> Tensor:
     require_tensor("x", x)
     require_int("n_heads", n_heads)
     if x.ndim < 2 or x.shape[-1] % n_heads != 0:
-        raise ValueError(
-            f"x: expected shape (…, n, d) with d divisible by n_heads={n_heads}, got {tuple(x.shape)}"
-        )
+        raise ValueError(f"x: expected shape (…, n, d) with d divisible by n_heads={n_heads}, got {tuple(x.shape)}")
     *lead, n, d = x.shape
     return x.reshape(*lead, n, n_heads, d // n_heads).transpose(-3, -2)
 
@@ -165,7 +165,8 @@ class MultiHeadAttention(nn.Module):
 
         Chapter 5.
         """
-        fused = self.fused and not return_weights and _get_current_dispatch_mode() is None
+        fused = (self.fused and not return_weights and _get_current_dispatch_mode() is None  # torch.func:
+                 and not (isinstance(x, Tensor) and is_functorch_wrapped_tensor(x)))  # no fused backward rule
         q, k, v, mask, bias, is_causal = self._prepare(x, context, mask, cache, positions, fused)
         if fused:
             if bias is not None:  # ALiBi as an additive mask, -inf where the mask forbids
@@ -231,8 +232,7 @@ class MultiHeadAttention(nn.Module):
     def _mask_and_bias(
         self, mask: Tensor | None, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, causal: bool
     ) -> tuple[Tensor | None, Tensor | None]:
-        """Check the user's mask, add the causal mask (if ``causal``), build the ALiBi bias.
-        Chapter 7."""
+        """Check the user's mask, add the causal mask (if ``causal``), build ALiBi's bias. Chapter 7."""
         b, n, m = q.shape[0], q.shape[-2], k.shape[-2]
         if mask is not None:
             require_mask("mask", mask, (b, self.n_heads, n, m))
