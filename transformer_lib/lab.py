@@ -35,7 +35,7 @@ from transformer_lib.config import ModelConfig
 from transformer_lib.corpus import SHAKESPEARE_ALPHABET, shakespeare_ids
 from transformer_lib.data import CharTokenizer, text_batch
 from transformer_lib.model import GPT
-from transformer_lib.train import cross_entropy_loss
+from transformer_lib.train import cross_entropy_loss, evaluate_loss
 
 __all__ = ["EVAL_WINDOW", "LAB_DEFAULTS", "lr_at", "validation_loss", "load_checkpoint", "sample", "main"]
 
@@ -62,18 +62,11 @@ def _windows(ids: Tensor, every: int = 1) -> tuple[Tensor, Tensor]:
     return x, y
 
 
-@torch.no_grad()
 def validation_loss(model: GPT, ids: Tensor, every: int = 1, batch: int = 512) -> float:
     """Mean next-character cross-entropy (nats) of ``model`` over ``ids (N,)`` in non-overlapping
     windows of 64 characters (every ``every``-th window). Chapter 7."""
-    was_training = model.training
-    model.eval()
     x, y = _windows(ids, every)
-    total = 0.0
-    for i in range(0, len(x), batch):
-        total += float(cross_entropy_loss(model(x[i:i + batch]), y[i:i + batch])) * y[i:i + batch].numel()
-    model.train(was_training)
-    return total / y.numel()
+    return evaluate_loss(model, [(x[i:i + batch], y[i:i + batch]) for i in range(0, len(x), batch)])
 
 
 def sample(model: GPT, tokenizer: CharTokenizer, n: int = 500, seed: int = 0, prompt: str = PROMPT) -> str:
