@@ -15,19 +15,17 @@ threads as library / torch.nn (goal: at most 1.0x).
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import time
 
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as the lab runs (transformer_lib.lab)
-import torch  # noqa: E402
-import torch.nn.functional as F  # noqa: E402
-from torch import nn  # noqa: E402
+import torch
+import torch.nn.functional as F
+from torch import nn
 
-from transformer_lib.config import ModelConfig  # noqa: E402
-from transformer_lib.counting import count_params  # noqa: E402
-from transformer_lib.lab import LAB_DEFAULTS  # noqa: E402
-from transformer_lib.model import GPT  # noqa: E402
+from transformer_lib.config import ModelConfig
+from transformer_lib.counting import count_params
+from transformer_lib.lab import LAB_DEFAULTS
+from transformer_lib.model import GPT
 
 GOAL = 1.0
 
