@@ -24,8 +24,10 @@ from .ch04_residual import *  # noqa: F403
 from .ch05_multihead import *  # noqa: F403
 from .ch06_positional import *  # noqa: F403
 from .ch07_causal import *  # noqa: F403
+from .ch07_cache import *  # noqa: F403
 from .ch07_patching import *  # noqa: F403
 from .ch08_moe import *  # noqa: F403
 from .ch09_counting import *  # noqa: F403
 from .ch10_beyond_words import *  # noqa: F403
+from .ch10_efficient import *  # noqa: F403
 from .ch11_tokens import *  # noqa: F403
