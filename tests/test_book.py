@@ -1,8 +1,10 @@
 """The book builds, executing every chapter, with Sphinx warnings treated as errors.
 
-The build goes into a temporary folder; the execution cache (`_build/.jupyter_cache`, set in
-`_config.yml`) is shared with `make book`, so a notebook is re-executed only when it changed.
-A second, tiny book proves that a failing cell fails the build.
+The build is `_build/html`, as `make book` makes it, built once per test session with every page
+read from a fresh Sphinx environment (`tests/book_build.py`, shared with the browser suite); the
+execution cache (`_build/.jupyter_cache`, set in `_config.yml`) is shared with `make book`, so a
+notebook is re-executed only when it changed. A second, tiny book proves that a failing cell
+fails the build.
 """
 from __future__ import annotations
 
@@ -11,35 +13,22 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+import book_build
 from repo_paths import REPO
 
-JB = str(Path(sys.executable).with_name("jupyter-book"))
-FLAGS = ["--warningiserror", "--nitpick", "--keep-going"]
-
-
-def _build(source: Path, out: Path) -> subprocess.CompletedProcess:
-    if source == REPO:  # as make book does: the notebooks side by side into the execution cache first
-        subprocess.run([sys.executable, str(REPO / "scripts" / "execute_book.py")], cwd=REPO, capture_output=True,
-                       timeout=900)
-    return subprocess.run([JB, "build", str(source), "--path-output", str(out), *FLAGS],
-                          cwd=source, capture_output=True, text=True, timeout=900)
-
-
 @pytest.fixture(scope="module")
-def built(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("book")
-    result = _build(REPO, out)
+def built() -> Path:
+    result = book_build.build()
     log = result.stdout + result.stderr
     assert result.returncode == 0, f"book build failed:\n{log[-6000:]}"
     # Sphinx warnings read "path: WARNING: message" (a kernel's own log lines do not count).
     warnings = [ln for ln in log.splitlines() if "WARNING: " in ln]
     assert not warnings, "book build printed warnings:\n" + "\n".join(warnings[:20])
-    return out / "_build" / "html"
+    return book_build.HTML
 
 
 def test_book_has_every_page(built):
@@ -136,7 +125,8 @@ def test_a_failing_cell_fails_the_build(tmp_path):
           "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
           "nbformat": 4, "nbformat_minor": 5}
     (book / "bad.ipynb").write_text(json.dumps(nb))
-    result = _build(book, tmp_path / "out")
+    result = subprocess.run(book_build.build_command(book, "--path-output", str(tmp_path / "out")),
+                            cwd=book, capture_output=True, text=True, timeout=900)
     assert result.returncode != 0, "a notebook cell raised but the build succeeded"
     assert "ZeroDivisionError" in result.stdout + result.stderr
 

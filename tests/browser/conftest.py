@@ -1,7 +1,7 @@
 """Fixtures for the browser tests: the built book served on localhost, and Chromium.
 
-The book in `_build/html` is built here (reusing the execution cache) when it is missing
-or older than its sources. Every page is opened with the network limited to localhost,
+The book in `_build/html` is built here (reusing the execution cache, `tests/book_build.py`)
+when it is missing or older than its sources. Every page is opened with the network limited to localhost,
 so a page that needs anything from the internet shows up as an aborted request.
 
 Environment: `BOOK_HTML_DIR` tests another built book instead of `_build/html`
@@ -9,12 +9,9 @@ Environment: `BOOK_HTML_DIR` tests another built book instead of `_build/html`
 """
 from __future__ import annotations
 
-import fcntl
 import functools
 import http.server
 import os
-import subprocess
-import sys
 import threading
 import warnings
 from collections.abc import Iterator
@@ -22,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+import book_build
 from browser_helpers import PageVisitor, book_pages, root_page
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,7 +34,7 @@ CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networki
                  "--disable-quic"]
 DOCS = ["_config.yml", "_toc.yml", "*.md", "references.bib", "chapters/*.ipynb", "exercises/*.ipynb", "guides/*.md",
         "guides/samples/*"]
-# Static files: Sphinx copies them only when some page is rebuilt, hence `--all` below.
+# Static files count too: a book older than its CSS is stale.
 ASSETS = ["_assets/*.css", "_assets/*.js", "_assets/vendor/NOTICE.txt"]
 
 
@@ -75,9 +73,7 @@ def _disabled_reason() -> str | None:
         return HINT
     if not CHROMIUM.exists():
         return HINT
-    can_build = not CUSTOM_HTML and (REPO / "_config.yml").exists() \
-        and Path(sys.executable).with_name("jupyter-book").exists()
-    if not (HTML / "index.html").exists() and not can_build:
+    if not (HTML / "index.html").exists() and (CUSTOM_HTML or not book_build.can_build()):
         return HINT
     return None
 
@@ -116,25 +112,17 @@ def _is_fresh() -> bool:
 
 
 def _build_book() -> None:
-    """Build `_build/html` like `make book`, unless it is already up to date."""
-    jb = Path(sys.executable).with_name("jupyter-book")
-    if not jb.exists() or not (REPO / "_config.yml").exists():
+    """Build `_build/html` like `make book` (once per test session, shared with tests/test_book.py)."""
+    if not book_build.can_build():
         return
-    (REPO / "_build").mkdir(exist_ok=True)
-    with open(REPO / "_build" / ".browser-build.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one build even with several test workers
-        if _is_fresh():
+    for attempt in (1, 2):  # once, a CI build left no index.html; the log says why next time
+        if attempt == 2:
+            book_build.build.cache_clear()
+        done = book_build.build()
+        if (HTML / "index.html").exists():
             return
-        every_page = ["--all"] if _built_at() < _newest(ASSETS) else []
-        subprocess.run([sys.executable, str(REPO / "scripts" / "execute_book.py")], cwd=REPO, capture_output=True,
-                       timeout=900)  # the notebooks side by side into the cache; failures are the build's to report
-        for attempt in (1, 2):  # once, a CI build left no index.html; the log says why next time
-            done = subprocess.run([str(jb), "build", ".", "--warningiserror", "--nitpick", "--keep-going",
-                                   *every_page], cwd=REPO, capture_output=True, text=True, timeout=900)
-            if (HTML / "index.html").exists():
-                return
-            warnings.warn(f"book build {attempt} left no {HTML / 'index.html'} (exit {done.returncode}):\n"
-                          + (done.stdout + done.stderr)[-3000:])
+        warnings.warn(f"book build {attempt} left no {HTML / 'index.html'} (exit {done.returncode}):\n"
+                      + (done.stdout + done.stderr)[-3000:])
 
 
 @pytest.fixture(scope="session")
