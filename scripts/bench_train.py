@@ -4,8 +4,8 @@
 The `torch.nn` model has the same shapes and the same parameter count: token and learned
 position embeddings, `nn.TransformerEncoderLayer(norm_first=True, activation="gelu",
 dropout=0)` blocks run with a causal mask, a final `nn.LayerNorm` and an unembedding tied to
-the token embedding. Both train with AdamW at the lab's size (`transformer_lib.lab`: d = 128,
-4 layers, 4 heads, context 64, no biases) on the lab's batch. One step is forward, backward
+the token embedding. Both train with AdamW at the lab's size and batch (`transformer_lib.lab`'s
+defaults: d = 128, 2 layers, 4 heads, context 64, batch 24, no biases). One step is forward, backward
 and optimizer step; the two models alternate step by step, so that a busy moment of the
 machine hits both alike, and each time is the median over the steps. Reported for 1 and 2
 threads as library / torch.nn (goal: at most 1.0x).

@@ -1,0 +1,110 @@
+"""The measurements `guides/running.md` reports for the training lab (`transformer_lib.lab`).
+
+Runs the lab one configuration at a time (nothing else should run on the machine) and writes
+
+- `guides/samples/lab_curves.csv`: for each configuration trained for 60 s, the validation
+  loss on every eighth 64-character window every 5 s (the clock paused while it is measured),
+  and the final loss on the whole validation split;
+- `guides/samples/lab_seeds.csv`: the lab's defaults at 40 s and at 60 s over seeds 0–4;
+- `guides/samples/lab_curves.png`: the curves, with the goals.
+
+    python scripts/lab_sweep.py [--only curves|seeds]   (about 20 minutes on two cores)
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+OUT = REPO / "guides" / "samples"
+LAST = re.compile(r"val_loss=(\d+\.\d{3}) steps=(\d+) tokens=(\d+) seconds=(\d+\.\d)")
+GOALS = ((40, 1.88), (60, 1.75))
+SEED_COLUMNS = ["d_model", "layers", "heads", "context", "batch", "lr", "warmup", "clip", "threads"]  # the defaults used
+# name -> lab options; the last one is the lab's defaults
+CONFIGS = {
+    "reference recipe: 4 layers, batch 12, lr 1e-3": ["--layers", "4", "--batch", "12", "--lr", "1e-3"],
+    "4 layers, batch 12, lr 5e-3": ["--layers", "4", "--batch", "12", "--lr", "5e-3"],
+    "3 layers, batch 16, lr 8e-3": ["--layers", "3", "--batch", "16", "--lr", "8e-3"],
+    "1 layer, d = 192, 6 heads, batch 16, lr 8e-3": ["--layers", "1", "--d-model", "192", "--heads", "6",
+                                                     "--batch", "16", "--lr", "8e-3"],
+    "2 layers, batch 24, lr 8e-3 (the defaults)": [],
+}
+
+
+def run_lab(seconds: int, seed: int, options: list[str], curve: float = 0.0) -> tuple[dict, list[list[str]]]:
+    """One lab run -> (its last line's values, its curve rows)."""
+    with tempfile.TemporaryDirectory() as out:
+        cmd = [sys.executable, "-m", "transformer_lib.lab", "shakespeare", "--seconds", str(seconds),
+               "--seed", str(seed), "--out", out, "--no-progress", *options]
+        if curve:
+            cmd += ["--curve", str(curve)]
+        done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=True)
+        m = LAST.fullmatch(done.stdout.rstrip("\n").split("\n")[-1])
+        rows = list(csv.reader(open(Path(out) / "curve.csv")))[1:] if curve else []
+    result = dict(val_loss=float(m[1]), steps=int(m[2]), seconds=float(m[4]))
+    print(f"{seconds:>3} s seed {seed} {' '.join(options) or '(defaults)'}: {result}", flush=True)
+    return result, rows
+
+
+def curves() -> None:
+    with open(OUT / "lab_curves.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["configuration", "seconds", "steps", "val_loss_every_8th_window", "final_val_loss"])
+        for name, options in CONFIGS.items():
+            result, rows = run_lab(60, 0, options, curve=5)
+            for seconds, steps, loss in rows:
+                w.writerow([name, seconds, steps, loss, f"{result['val_loss']:.3f}"])
+    plot()
+
+
+def seeds() -> None:
+    from transformer_lib.lab import LAB_DEFAULTS
+
+    config = [LAB_DEFAULTS[k] for k in SEED_COLUMNS]
+    with open(OUT / "lab_seeds.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["seconds", "seed", "steps", "val_loss", *SEED_COLUMNS])
+        for seconds, _ in GOALS:
+            for seed in range(5):
+                result, _ = run_lab(seconds, seed, [])
+                w.writerow([seconds, seed, result["steps"], f"{result['val_loss']:.3f}", *config])
+
+
+def plot() -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = list(csv.DictReader(open(OUT / "lab_curves.csv")))
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
+    for name in dict.fromkeys(r["configuration"] for r in rows):
+        mine = [r for r in rows if r["configuration"] == name]
+        ax.plot([float(r["seconds"]) for r in mine], [float(r["val_loss_every_8th_window"]) for r in mine],
+                marker="o", ms=3, lw=2.5 if "defaults" in name else 1.2, label=name)
+    for seconds, goal in GOALS:
+        ax.plot([seconds], [goal], marker="*", ms=12, color="black", ls="none")
+        ax.annotate(f"goal: {goal} by {seconds} s", (seconds, goal), textcoords="offset points",
+                    xytext=(-100, -16))
+    ax.set(xlabel="seconds of training (60 s budget)", ylabel="validation loss (nats/char)", ylim=(1.6, 2.6),
+           title="The lab on two cores: validation loss against time")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(OUT / "lab_curves.png")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--only", choices=["curves", "seeds", "plot"])
+    only = parser.parse_args().only
+    if only in (None, "curves"):
+        curves()
+    if only in (None, "seeds"):
+        seeds()
+    if only == "plot":
+        plot()
