@@ -27,6 +27,12 @@ def build_command(source: Path, *extra: str) -> list[str]:
     return [str(JB), "build", str(source), *FLAGS, *extra]
 
 
+def build_into(source: Path, out: Path) -> subprocess.CompletedProcess:
+    """Build another book (``source``, a small one a test makes) into ``out``, flags as `make book`."""
+    return subprocess.run(build_command(source, "--path-output", str(out)), cwd=source, capture_output=True,
+                          text=True, timeout=900)
+
+
 def can_build() -> bool:
     return JB.exists() and (REPO / "_config.yml").exists()
 

@@ -12,7 +12,6 @@ import html
 import json
 import re
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -125,8 +124,7 @@ def test_a_failing_cell_fails_the_build(tmp_path):
           "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
           "nbformat": 4, "nbformat_minor": 5}
     (book / "bad.ipynb").write_text(json.dumps(nb))
-    result = subprocess.run(book_build.build_command(book, "--path-output", str(tmp_path / "out")),
-                            cwd=book, capture_output=True, text=True, timeout=900)
+    result = book_build.build_into(book, tmp_path / "out")
     assert result.returncode != 0, "a notebook cell raised but the build succeeded"
     assert "ZeroDivisionError" in result.stdout + result.stderr
 

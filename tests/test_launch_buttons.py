@@ -15,8 +15,9 @@ import types
 import nbformat
 import pytest
 
+from book_build import build_into
 from repo_paths import REPO
-from test_book import _build, _external_links, repository_links
+from test_book import _external_links, repository_links
 
 URL = "https://github.com/example-org/attention-course"
 
@@ -123,7 +124,7 @@ def test_a_book_with_a_repository_has_its_buttons_and_hides_the_cell(tmp_path):
     repository.apply(URL, "main", root)
     (root / "intro.md").write_text("# Intro\n")
     (root / "_toc.yml").write_text(f"format: jb-book\nroot: intro\nchapters:\n  - file: chapters/{nb_path.stem}\n")
-    result = _build(root, tmp_path / "out")
+    result = build_into(root, tmp_path / "out")
     assert result.returncode == 0, (result.stdout + result.stderr)[-3000:]
     html_dir = tmp_path / "out" / "_build" / "html"
     page = (html_dir / "chapters" / f"{nb_path.stem}.html").read_text()
