@@ -19,6 +19,7 @@ and ``grading/_judging.py`` (judges).
 from .._harness import CheckFailed
 from .ch01_embeddings import *  # noqa: F403
 from .ch02_attention import *  # noqa: F403
+from .ch02_permutation import *  # noqa: F403
 from .ch03_block import *  # noqa: F403
 from .ch04_residual import *  # noqa: F403
 from .ch05_multihead import *  # noqa: F403
