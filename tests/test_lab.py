@@ -163,4 +163,8 @@ def test_the_guide_reports_the_measurements_of_the_current_defaults():
         last = [r for r in curves if r["configuration"] == name][-1]
         assert float(last["seconds"]) >= 60 and _guide_row(guide, name)[1:] == [f"{int(last['steps']):,}",
                                                                                 last["final_val_loss"]], name
+    defaults = [r for r in curves if "(the defaults)" in r["configuration"]]
+    below = next(round(float(r["seconds"])) for r in defaults if float(r["val_loss_every_8th_window"]) < 1.88)
+    assert f"below 1.88 after {below} s" in " ".join(guide.split()) and f"below 1.88 after {below} s" in " ".join(
+        readme.split()), "the time to 1.88 quoted is not the curve's"
     assert "](samples/lab_curves.png)" in guide and (samples / "lab_curves.png").stat().st_size > 10_000
