@@ -155,6 +155,19 @@ def test_torch_func_transforms_take_the_explicit_path(fused_calls):
     torch.testing.assert_close(jac[..., 1, 2], (layer(x + e) - layer(x - e)) / (2 * eps), atol=1e-8, rtol=1e-6)
 
 
+def test_a_transform_over_the_weights_takes_the_explicit_path_too(fused_calls):
+    """The input need not be the transformed tensor: a Jacobian with respect to the weights
+    (functional_call) is a torch.func transform as well, and must not warn."""
+    layer = MultiHeadAttention(D, H, causal=True).double()
+    x = torch.randn(3, D, dtype=torch.float64)
+    params = dict(layer.named_parameters())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        jac = torch.func.jacrev(lambda p: torch.func.functional_call(layer, p, (x,)))(params)
+    assert fused_calls == [] and jac["q_proj.weight"].shape == (3, D, D, D)
+    assert layer(x).shape == (3, D) and fused_calls == [True]   # outside the transform: fused again
+
+
 @pytest.mark.parametrize("positional", ["learned", "rope", "alibi"])
 def test_a_gpt_trains_the_same_on_either_path(positional):
     """Inside the whole model: logits and every parameter's gradient agree (float64)."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch._C._functorch import is_functorch_wrapped_tensor
+from torch._C._functorch import maybe_current_level
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from transformer_lib._checks import (require_bool, require_instance, require_int, require_mask,
@@ -165,8 +165,9 @@ class MultiHeadAttention(nn.Module):
 
         Chapter 5.
         """
-        fused = (self.fused and not return_weights and _get_current_dispatch_mode() is None  # torch.func:
-                 and not (isinstance(x, Tensor) and is_functorch_wrapped_tensor(x)))  # no fused backward rule
+        # torch.func transforms (a level is set while one runs) have no batching rule for the fused backward
+        fused = self.fused and not return_weights and _get_current_dispatch_mode() is None \
+            and maybe_current_level() is None
         q, k, v, mask, bias, is_causal = self._prepare(x, context, mask, cache, positions, fused)
         if fused:
             if bias is not None:  # ALiBi as an additive mask, -inf where the mask forbids
