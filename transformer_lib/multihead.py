@@ -165,9 +165,8 @@ class MultiHeadAttention(nn.Module):
 
         Chapter 5.
         """
-        # torch.func transforms (a level is set while one runs) have no batching rule for the fused backward
-        fused = self.fused and not return_weights and _get_current_dispatch_mode() is None \
-            and maybe_current_level() is None
+        fused = (self.fused and not return_weights and _get_current_dispatch_mode() is None
+                 and maybe_current_level() is None)  # torch.func: no batching rule for the fused backward
         q, k, v, mask, bias, is_causal = self._prepare(x, context, mask, cache, positions, fused)
         if fused:
             if bias is not None:  # ALiBi as an additive mask, -inf where the mask forbids
