@@ -20,6 +20,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+from transformer_lib.lab import LAB_DEFAULTS
+
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "guides" / "samples"
 LAST = re.compile(r"val_loss=(\d+\.\d{3}) steps=(\d+) tokens=(\d+) seconds=(\d+\.\d)")
@@ -63,8 +65,6 @@ def curves() -> None:
 
 
 def seeds() -> None:
-    from transformer_lib.lab import LAB_DEFAULTS
-
     config = [LAB_DEFAULTS[k] for k in SEED_COLUMNS]
     with open(OUT / "lab_seeds.csv", "w", newline="") as f:
         w = csv.writer(f)

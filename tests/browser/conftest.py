@@ -1,8 +1,8 @@
 """Fixtures for the browser tests: the built book served on localhost, and Chromium.
 
 The book in `_build/html` is built here (reusing the execution cache, `tests/book_build.py`)
-when it is missing or older than its sources. Every page is opened with the network limited to localhost,
-so a page that needs anything from the internet shows up as an aborted request.
+when it is missing or older than its sources. Every page is opened with the network limited to
+localhost, so a page that needs anything from the internet shows up as an aborted request.
 
 Environment: `BOOK_HTML_DIR` tests another built book instead of `_build/html`
 (it is then never rebuilt); `BOOK_CHROMIUM` names another Chromium binary.
