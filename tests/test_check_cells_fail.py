@@ -160,7 +160,7 @@ BROKEN = {
         "torch.testing.assert_close(lib_ln(H), torch_ln(H)"),
     "3 LayerNorm errors: the 'unbiased' variant is biased": (
         CH3, [("def ln_unbiased", [("x.var(-1, unbiased=True,", "x.var(-1, unbiased=False,")])],
-        "assert abs(unbiased_err"),
+        "assert abs(unbiased_factor"),
     "3 LayerNorm errors: ε inside the root in the 'outside' variant": (
         CH3, [("def ln_unbiased", [("(x.std(-1, unbiased=False, keepdim=True) + eps)",
                                     "torch.sqrt(x.var(-1, unbiased=False, keepdim=True) + eps)")])],
