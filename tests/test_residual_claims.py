@@ -1,4 +1,5 @@
-"""The measured claims of Chapter 4, with the chapter's settings, over 5 seeds:
+"""The measured claims of Chapter 4, with the chapter's settings, over 5 seeds the chapter does not
+use (5 to 9; the page uses seeds 0 to 4, and seed 1 for the sorter):
 
 - the gradient highway: at initialisation the gradient reaching the input of a stack of
   blocks stays O(1) with residuals and vanishes without them, faster the deeper the stack;
@@ -7,14 +8,19 @@
   s = 1 (GPT-2's initialisation), and at s = 16 the gradient is amplified; a stack whose writes
   are zeroed stays at exactly 1, which is why the sweep is needed;
 - pre-norm vs post-norm with an embedding norm: at GPT-2's initialisation the two give the same
-  gradients; with Xavier's (Xiong et al.'s setting) the last block's W₂ gradient shrinks from
-  L = 6 to L = 24 in pre-norm, about like 1/√L, and not in post-norm, and pre-norm's fall from the
-  bottom block to the top one; without the embedding norm post-norm's block 1 stands out;
+  gradients, flat across the blocks at every depth, and every sub-layer writes under 1% of the
+  stream; with Xavier's (Xiong et al.'s setting) the sub-layers write more than 5% of it, the last
+  block's W₂ gradient shrinks from L = 6 to L = 24 in pre-norm, about like 1/√L, and not in
+  post-norm, on average over the seeds (per seed the ranges come close: 0.36–0.66 against
+  0.69–1.46 over seeds 0–24), post-norm's last block gets 1.5–2.5× pre-norm's at L = 6 and more
+  than 3× at L = 24, and pre-norm's fall from the bottom block to the top one; without the
+  embedding norm post-norm's block 1 stands out, and with it (the control) no block does;
 - the trained sorter: its stream grows, and the logit lens shows the answer forming over several
   sub-layers, well above the most-common-digit baseline; direct logit attribution gives the MLPs
-  more than 60% of the predicted digit's logit (measured 72–85%) and no head more than 15%
-  (measured at most 11%), and the head whose removal costs most accuracy is in block 1, costing
-  more than 0.1 (measured 0.14–0.42).
+  more than 60% of the predicted digit's logit and no head more than 15%; with each head
+  mean-ablated in turn, the head whose removal costs most accuracy is in block 1, costing more
+  than 0.1, and some head that writes directly at most one percentage point more of the logit
+  than another costs more than 0.04 more accuracy when removed (0.06–0.26 over seeds 0–12).
 """
 from __future__ import annotations
 
@@ -36,7 +42,7 @@ from transformer_lib.stream import (block_gradient_norms, input_gradient_norm, l
 from transformer_lib.train import train
 
 torch.set_num_threads(1)  # tiny models: one thread is faster than two competing ones
-SEEDS = range(5)
+SEEDS = range(5, 10)            # the chapter's are 0 to 4 (and 1 for the sorter)
 D, HEADS, V, N, BATCH = 32, 4, 16, 16, 4       # as in the chapter
 
 
@@ -100,9 +106,8 @@ def _xavier_(model: GPT) -> GPT:
     return model
 
 
-@functools.cache
-def _w2(seed: int, n_layers: int, norm_first: bool, xavier: bool) -> np.ndarray:
-    """The chapter's measurement: ‖∂loss/∂W₂‖ of every block, embedding norm, one loss."""
+def _xiong_model(seed: int, n_layers: int, norm_first: bool, xavier: bool) -> tuple[GPT, torch.Tensor, torch.Tensor]:
+    """The chapter's setting: a GPT with an embedding norm, its ids and targets (random tokens)."""
     torch.manual_seed(seed)
     model = GPT(_config(n_layers, norm_first=norm_first, embedding_norm=True,
                         final_norm=norm_first)).double()
@@ -110,15 +115,38 @@ def _w2(seed: int, n_layers: int, norm_first: bool, xavier: bool) -> np.ndarray:
         _xavier_(model)
     gen = torch.Generator().manual_seed(200 + seed)
     idx, targets = (torch.randint(0, V, (8, N), generator=gen) for _ in range(2))
+    return model, idx, targets
+
+
+@functools.cache
+def _w2(seed: int, n_layers: int, norm_first: bool, xavier: bool) -> np.ndarray:
+    """The chapter's measurement: ‖∂loss/∂W₂‖ of every block, embedding norm, one loss."""
+    model, idx, targets = _xiong_model(seed, n_layers, norm_first, xavier)
     return np.array(block_gradient_norms(model, idx, targets, parameter="mlp.fc2.weight"))
+
+
+def _writes(seed: int, norm_first: bool, xavier: bool) -> np.ndarray:
+    """Each sub-layer's ‖write‖ over the ‖state‖ it is added to, token mean, at L = 24."""
+    model, idx, _ = _xiong_model(seed, 24, norm_first, xavier)
+    with torch.no_grad():
+        _, stream = model(idx, return_stream=True)
+    return np.array([(w.norm(dim=-1) / s.norm(dim=-1)).mean().item()
+                     for w, s in zip(stream.writes, stream.states)])
 
 
 @pytest.mark.parametrize("seed", SEEDS)
 def test_pre_and_post_norm_coincide_at_gpt2_initialisation(seed):
-    for L in (6, 24):
+    for L in (6, 12, 24):
         pre, post = _w2(seed, L, True, False), _w2(seed, L, False, False)
         assert np.abs(post / pre - 1).max() < 0.02, (pre, post)
-        assert pre.max() / pre.min() < 1.25, pre
+        assert pre.max() / pre.min() < 1.25 and post.max() / post.min() < 1.25, (pre, post)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_sub_layers_write_little_at_gpt2_initialisation_and_much_with_xavier(seed):
+    for norm_first in (True, False):
+        assert _writes(seed, norm_first, False).max() < 0.01
+        assert _writes(seed, norm_first, True).min() > 0.05
 
 
 def _last_block_shrink(seed: int, norm_first: bool) -> tuple[float, np.ndarray]:
@@ -127,27 +155,34 @@ def _last_block_shrink(seed: int, norm_first: bool) -> tuple[float, np.ndarray]:
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_with_xavier_the_last_block_shrinks_with_depth_in_pre_norm_only(seed):
-    pre, pre24 = _last_block_shrink(seed, True)
-    post, _ = _last_block_shrink(seed, False)
-    assert pre < 0.65 < post, (pre, post)          # 1/√L predicts 0.5 for pre-norm, 1 for post-norm
-    assert pre24[-1] / pre24[0] < 0.5, pre24       # pre-norm: the top block gets less than the bottom
+def test_with_xavier_pre_norm_gradients_fall_from_the_bottom_block_to_the_top(seed):
+    _, pre24 = _last_block_shrink(seed, True)
+    assert pre24[-1] / pre24[0] < 0.5, pre24
 
 
-def test_with_xavier_pre_norm_shrinks_about_like_one_over_root_depth():
-    shrink = [_last_block_shrink(seed, True)[0] for seed in SEEDS]
-    assert abs(np.mean(shrink) - math.sqrt(6 / 24)) < 0.15, shrink
+def test_with_xavier_the_last_block_shrinks_with_depth_in_pre_norm_only_on_average():
+    pre = np.mean([_last_block_shrink(seed, True)[0] for seed in SEEDS])
+    post = np.mean([_last_block_shrink(seed, False)[0] for seed in SEEDS])
+    assert pre < 0.65 < 0.8 < post, (pre, post)    # 1/√L predicts 0.5 for pre-norm, 1 for post-norm
+    assert abs(pre - math.sqrt(6 / 24)) < 0.15, pre
+    post_over_pre = {L: np.mean([_w2(s, L, False, True)[-1] for s in SEEDS])
+                     / np.mean([_w2(s, L, True, True)[-1] for s in SEEDS]) for L in (6, 24)}
+    assert 1.5 < post_over_pre[6] < 2.5 < 3 < post_over_pre[24], post_over_pre
 
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_without_embedding_norm_post_norm_block_one_stands_out(seed):
-    torch.manual_seed(seed)
-    model = GPT(_config(12, norm_first=False, final_norm=False)).double()
-    gen = torch.Generator().manual_seed(200 + seed)
-    idx, targets = (torch.randint(0, V, (8, N), generator=gen) for _ in range(2))
-    g = np.array(block_gradient_norms(model, idx, targets))
+def test_without_embedding_norm_post_norm_block_one_stands_out_and_with_it_none_does(seed):
+    grads = {}
+    for embedding_norm in (False, True):
+        torch.manual_seed(seed)
+        model = GPT(_config(12, norm_first=False, final_norm=False, embedding_norm=embedding_norm)).double()
+        gen = torch.Generator().manual_seed(200 + seed)
+        idx, targets = (torch.randint(0, V, (8, N), generator=gen) for _ in range(2))
+        grads[embedding_norm] = g = np.array(block_gradient_norms(model, idx, targets))
+    g = grads[False]
     assert g[0] / g[1:].max() > 5, g
     assert g[1:].max() / g[1:].min() < 1.3, g
+    assert grads[True].max() / grads[True].min() < 1.3, grads[True]    # the control
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -170,7 +205,7 @@ def test_the_sorter_stream_grows_and_the_answer_forms_over_several_sublayers(see
         norms = [s.norm(dim=-1).mean().item() for s in stream.states]
     assert norms[-1] > 2 * norms[0], norms
     assert lens[-1] > baseline + 0.2, (lens, baseline)
-    assert lens[-1] > lens[0] + 0.3 and lens[2] < lens[-1] - 0.1, lens
+    assert lens[-1] > lens[0] + 0.3 and lens[2] < lens[-1] - 0.05, lens   # 0.07–0.40 over seeds 0–12
 
     # direct logit attribution of the predicted digit, and the cost of removing each head
     with torch.no_grad():
@@ -185,12 +220,18 @@ def test_the_sorter_stream_grows_and_the_answer_forms_over_several_sublayers(see
     def accuracy(out):
         return (out.argmax(-1)[mask] == y_test[mask]).double().mean().item()
 
-    drop = {}
+    def to_mean(z, h):           # head h's output replaced by its mean over the sequences
+        z = z.clone()
+        z[:, :, h] = z[:, :, h].mean(0, keepdim=True)
+        return z
+
+    cost = {}
     for name in heads:
         l, h = map(int, name[1:].split("H"))
         with torch.no_grad():
-            out = run_with_patch(sorter, x_test, {f"blocks.{l}.attn.hook_z":
-                                                  lambda z, h=h: z * (torch.arange(z.shape[2]) != h)[:, None]})
-        drop[name] = accuracy(logits) - accuracy(out)
-    worst = max(drop, key=drop.get)
-    assert worst.startswith("L0H") and drop[worst] > 0.1, drop
+            out = run_with_patch(sorter, x_test, {f"blocks.{l}.attn.hook_z": lambda z, h=h: to_mean(z, h)})
+        cost[name] = accuracy(logits) - accuracy(out)
+    worst = max(cost, key=cost.get)
+    assert worst.startswith("L0H") and cost[worst] > 0.1, cost
+    gap = max(cost[a] - cost[b] for a in heads for b in heads if a != b and heads[a] <= heads[b] + 0.01)
+    assert gap > 0.04, (heads, cost)
