@@ -17,7 +17,10 @@ corrupted one at the next token only, the previous-token head recovers more than
 token's change after its layer (measured 0.21–0.71 on the fifteen swaps below, three in each of
 five sentences other than the chapter's), the median of the layer's other heads stays below 0.12
 (measured at most 0.10, in the four-word sentence) and the previous-token head beats it by more
-than 0.08 (measured at least 0.11).
+than 0.08 (measured at least 0.11); the fractions of all the layer's heads add up to 1 ± 0.1
+(measured 0.96–1.04). Read after the last layer instead, the previous-token head's patch recovers
+less than after its own layer in every swap (at most 0.17) and all heads together less than 0.6
+(at most 0.42).
 """
 from __future__ import annotations
 
@@ -138,10 +141,17 @@ def test_patching_the_previous_token_head_carries_the_left_neighbour(minilm, sen
             A = torch.stack([c_cache[f"blocks.{l}.attn.hook_pattern"][0] for l in range(len(model.blocks))])
             rows = torch.arange(1, A.shape[-1])
             layer, head = divmod(int(A[:, :, rows, rows - 1].mean(-1).argmax()), A.shape[1])
-            name = f"blocks.{layer}.hook_resid_post"
-            d = c_cache[name][0, i] - k_cache[name][0, i]
-            along = patch_each_head(model, corrupt, c_cache, positions=i, layers=[layer],
-                                    metric=lambda out, cache: cache[name][0, i] @ d)[0]
-        r = recovered_fraction(c_cache[name][0, i] @ d, k_cache[name][0, i] @ d, along).numpy()
+            r, r_last = (_fractions(model, corrupt, c_cache, k_cache, i, layer, f"blocks.{read}.hook_resid_post")
+                         for read in (layer, len(model.blocks) - 1))
         typical = float(np.median(np.delete(r, head)))
         assert r[head] > 0.15 and typical < 0.12 and r[head] - typical > 0.08, (old, new, r)
+        assert abs(r.sum() - 1) < 0.1, (old, new, r)
+        assert r_last[head] < r[head] and r_last.sum() < 0.6, (old, new, r_last)
+
+
+def _fractions(model, corrupt, c_cache, k_cache, i, layer, name):
+    """The recovered fraction of each head of `layer` patched at position i, read at `name`."""
+    d = c_cache[name][0, i] - k_cache[name][0, i]
+    along = patch_each_head(model, corrupt, c_cache, positions=i, layers=[layer],
+                            metric=lambda out, cache: cache[name][0, i] @ d)[0]
+    return recovered_fraction(c_cache[name][0, i] @ d, k_cache[name][0, i] @ d, along).numpy()
