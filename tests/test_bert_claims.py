@@ -7,7 +7,7 @@ skin lesion; the first set is the chapter's), same-sense pairs are more similar 
 cross-sense pairs by more than 0.03, and each sense is closer to itself than to any other by
 more than 0.005.
 
-Chapter 5: on the chapter's sentence and five others, the head with the highest previous-token
+Chapter 5: on five sentences other than the chapter's, the head with the highest previous-token
 score is in the first layer, scores above 0.95 and beats every other head by more than 0.4;
 the strongest [CLS] head scores above 0.8, at least a third of the 72 heads put more than half
 their attention on [CLS], and no head gives [SEP] more than 0.35.
@@ -91,8 +91,7 @@ def test_mole_starts_identical_and_ends_grouped_by_sense(mole_vectors, index):
     assert all(by[a][a] > by[a][b] + 0.005 for a in range(3) for b in range(3) if a != b)
 
 
-HEAD_SENTENCES = ["The board approved a $3B buyback despite declining margins.",
-                  "AAPL revenue beat expectations.",
+HEAD_SENTENCES = ["AAPL revenue beat expectations.",   # the chapter's board sentence is not here
                   "The mole dug a tunnel under the lawn.",
                   "Stock prices fell sharply after the central bank raised interest rates.",
                   "A kitten is sleeping on the warm windowsill.",
