@@ -661,7 +661,12 @@ BROKEN = {
     "8 parameters: every expert runs on every assignment": (
         CH8, [("lib:transformer_lib.moe:MoELayer.forward", [("sel = (expert_of == e) & keep", "sel = keep")]),
               ("d_c, dff_c = 64, 256", [])],
-        'assert reached == counts["active"]'),
+        "assert reached == K_c * per_expert + router_reached"),
+    "8 parameters: the library's top-K weights not renormalised (the whole router gets a gradient)": (
+        CH8, [("lib:transformer_lib.moe:Router.forward", [("weights = top / top.sum(dim=-1, keepdim=True)",
+                                                          "weights = top")]),
+              ("d_c, dff_c = 64, 256", [])],
+        "assert reached == K_c * per_expert + router_reached"),
     "8 FLOPs: every expert runs on every assignment": (
         CH8, [("lib:transformer_lib.moe:MoELayer.forward", [("sel = (expert_of == e) & keep", "sel = keep")]),
               ("def measured_flops_per_token", [])],
@@ -689,7 +694,23 @@ BROKEN = {
         'assert torch.equal(aux_c["kept"], kept_mine)'),
     "8 capacity: the capacity factor never set": (
         CH8, [("factors = [0.5", [("        lay.capacity_factor = c\n", "")])],
-        "assert cap == math.ceil(c * len(xr) * K_R / E_R)"),
+        "assert cap == my_capacity(c, len(xr), K_R, E_R)"),
+    "8 capacity: the library rounds C down": (
+        CH8, [("lib:transformer_lib.moe:MoELayer.capacity", [("return math.ceil(factor", "return math.floor(factor")]),
+              ("def my_moe_capacity", [])],
+        "assert cap_layer.capacity(T_c) == caps[c]"),
+    "8 capacity: the library takes the ceiling of a float product": (
+        CH8, [("lib:transformer_lib.moe:MoELayer.capacity", [("factor = Fraction(str(float(self.capacity_factor)))",
+                                                            "factor = float(self.capacity_factor)")]),
+              ("def my_moe_capacity", [])],
+        "assert MoELayer(d, d_ff, E_x, k_x, capacity_factor=c).capacity(T_x) == exact"),
+    "8 capacity: the library counts the tokens of one sequence, not of the batch": (
+        CH8, [("lib:transformer_lib.moe:MoELayer.forward", [("cap = self.capacity(n_tokens)", "cap = self.capacity(x.shape[-2])")]),
+              ("def my_moe_capacity", [])],
+        'assert torch.equal(aux_c["kept"], kept_mine)'),
+    "8 capacity from scratch: the ceiling written as a floor": (
+        CH8, [("def my_moe_capacity", [("return -(-p * T * k // (q * E))", "return p * T * k // (q * E)")])],
+        "assert cap_layer.capacity(T_c) == caps[c]"),
 
     # --- Chapter 9: parameter and FLOP counting
     "9 MiniLM file: the position_ids buffer counted as parameters": (
