@@ -43,9 +43,9 @@ APP, TOK = "appendix_beyond_words", "appendix_tokens"
 
 # For each chapter: the last cell the cases need, and cells not run (training no case needs).
 LAST = {CH3: "cfg = BertConfig()", CH4: "share = dla.values[:, mask]", CH5: 'swaps = [("declining", "rising")',
-        CH6: "alibi_drop = mean_acc", CH7: "published = {3:", CH8: "factors = [0.5",
+        CH6: "alibi_drop = mean_acc", CH7: "xattn = MultiHeadAttention(16, 2)", CH8: "factors = [0.5",
         CH9: "def minimal(q, k, v)", APP: "n_err, w_err = 512, 32", TOK: "def wordpiece_by_hand"}
-SKIP = {CH4: (), CH6: (), CH7: ("steps=900, lr=6e-3", 'glue("val_loss"'), CH3: (), CH5: (), CH8: (), CH9: (),
+SKIP = {CH4: (), CH6: (), CH7: ("steps=900, lr=6e-3", 'glue("val_loss"', "def line_stats", 'glue("sample_words"'), CH3: (), CH5: (), CH8: (), CH9: (),
         APP: (), TOK: ()}
 
 
@@ -555,18 +555,28 @@ BROKEN = {
     "7 induction: the previous occurrence, not the token after it": (
         CH7, [("xi, yi = induction_task(512", [("maps[1][rows, :, q_pos, k_pos]",
                                                 "maps[1][rows, :, q_pos, k_pos - 1]")])],
-        "assert ind_worst > 0.5"),
+        "assert worst_by_head.min() > 0.5"),
     "7 patching: the hook swaps in the other head's columns": (
         CH7, [("def run_patched(ids", [("cols = slice(head * d_k, (head + 1) * d_k)",
                                         "cols = slice((1 - head) * d_k, (2 - head) * d_k)")]),
               ("# the hook changes what it should", [])],
-        "assert r_prev > 0.5 and att_prev > 0.45"),
+        "assert r_prev > 0.5 and att_prev.min() > 0.45"),
     "7 patching: the hook patches the position before the chosen one": (
         CH7, [("def run_patched(ids", [("z[:, positions, cols] = source[l][:, positions, cols]",
                                         "z[:, np.subtract(positions, 1), cols] = "
                                         "source[l][:, np.subtract(positions, 1), cols]")]),
               ("# the hook changes what it should", [])],
-        "assert r_prev > 0.5 and att_prev > 0.45"),
+        "assert r_prev > 0.5 and att_prev.min() > 0.45"),
+    "7 patching: the hook ignores its source and patches from the clean run": (
+        CH7, [("def run_patched(ids", [("z[:, positions, cols] = source[l][:, positions, cols]",
+                                        "z[:, positions, cols] = z_clean[l][:, positions, cols]")]),
+              ("# the hook changes what it should", [])],
+        "assert abs(r_mis) < 0.2 and r_prev - r_mis > 0.4"),
+    "7 patching: layer 2's head 1 silenced (one induction head left)": (
+        CH7, [("def run_patched(ids", [("PT_GAP = 3\n", "PT_GAP = 3\nind_model = copy.deepcopy(ind_model)\n"
+                                        "with torch.no_grad():\n    ind_model.attn[1].out_proj.weight[:, 16:] = 0\n")]),
+              ("# the hook changes what it should", [])],
+        "assert min(r_induction) > 0.5"),
     "7 patching: the hook patches every head of the layer": (
         CH7, [("def run_patched(ids", [("cols = slice(head * d_k, (head + 1) * d_k)", "cols = slice(None)")]),
               ("# the hook changes what it should", [])],
@@ -575,7 +585,7 @@ BROKEN = {
         CH7, [("lib:transformer_lib.patching:recovered_fraction", [("return (patched - corrupted) / (clean - corrupted)",
                                                                     "return (clean - patched) / (clean - corrupted)")]),
               ("def run_patched(ids", []), ("# the hook changes what it should", [])],
-        "assert r_prev > 0.5 and att_prev > 0.45"),
+        "assert r_prev > 0.5 and att_prev.min() > 0.45"),
     "7 patching map: layer 2's rows patch layer 1": (
         CH7, [("patch_map = np.zeros(", [("run_patched(x_corr, l, h, [p], z_clean)", "run_patched(x_corr, 0, h, [p], z_clean)")])],
         "assert np.abs(patch_map[~expected]).max() < 0.05"),
@@ -583,6 +593,16 @@ BROKEN = {
         CH7, [("lib:transformer_lib.model:GPT._cache_len", [("return 0 if k is None else k.shape[-2]", "return 0")]),
               ("gen_gpt = GPT(ModelConfig(vocab_size=50", [])],
         "assert torch.equal(greedy_c, greedy_n) and torch.equal(samp[0], samp[1])"),
+    "7 generate: the library's cached steps rerun the whole window": (
+        CH7, [("lib:transformer_lib.model:GPT.generate", [("logits = self(idx[:, -1:], cache=cache)",
+                                                          "cache = [{} for _ in self.blocks]; "
+                                                          "logits = self(idx[:, -n_ctx:], cache=cache)")]),
+              ("gen_gpt = GPT(ModelConfig(vocab_size=50", [])],
+        "assert len(rows_c) == 4 and all(r == prompt_then_one"),
+    "7 KV cache from scratch: every step starts from an empty cache and reruns the window": (
+        CH7, [("def my_generate", [("logits = my_gpt(m, next_id, cache)",
+                                    "cache = [{} for _ in m.blocks]; logits = my_gpt(m, idx, cache)")])],
+        "assert all(r == [start.shape[1]] + [1] * 40"),
     "7 KV cache from scratch: the new token's position restarts at 0": (
         CH7, [("def my_gpt(m, idx", [("m.pos_emb.weight[t:t + n]", "m.pos_emb.weight[:n]")]),
               ("def my_generate", [])],
@@ -606,6 +626,12 @@ BROKEN = {
     "7 MLM: 20% random tokens, none kept": (
         CH7, [("def mlm_corrupt", [("rnd = chosen & (u >= 0.8) & (u < 0.9)", "rnd = chosen & (u >= 0.8)")])],
         "assert abs(kept - (0.1 + 0.1 / vocab_m))"),
+    "7 MLM: the library's loss averaged over the unchosen positions too": (
+        CH7, [("lib:transformer_lib.train:cross_entropy_loss",
+               [("targets.reshape(-1), ignore_index=-100)",
+                 'targets.reshape(-1), ignore_index=-100, reduction="sum") / targets.numel()')]),
+              ("def mlm_corrupt", [])],
+        "torch.testing.assert_close(cross_entropy_loss(logits_m, tgt[:n_loss])"),
     "7 cross-attention: attends to itself": (
         CH7, [("xattn = MultiHeadAttention(16, 2)", [("xattn(dec, context=enc, return_weights=True)",
                                                       "xattn(dec, return_weights=True)")])],
