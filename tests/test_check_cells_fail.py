@@ -451,6 +451,13 @@ BROKEN = {
         CH6, [("lib:transformer_lib.positional:sinusoidal_encoding", [("base ** (two_k / d)", "base ** (two_k / 2 / d)")]),
               ("d_rot = 16", [])],
         "torch.testing.assert_close(P[i + delta, 2 * k:2 * k + 2], R @ P[i, 2 * k:2 * k + 2]"),
+    "6 slowest period: the angle read as cos over sin": (
+        CH6, [("def slowest_period(d)", [("math.atan2(p1[-2], p1[-1])", "math.atan2(p1[-1], p1[-2])")])],
+        "assert abs(slowest_period(d_show) / formula - 1) < 1e-9"),
+    "6 slowest period: the library's exponent divided by d − 2": (
+        CH6, [("lib:transformer_lib.positional:sinusoidal_encoding", [("base ** (two_k / d)", "base ** (two_k / (d - 2))")]),
+              ("def slowest_period(d)", [])],
+        "assert abs(slowest_period(d_show) / formula - 1) < 1e-9"),
     "6 learned: the table read from row 1": (
         CH6, [("lib:transformer_lib.positional:LearnedPositionalEmbedding.forward",
                [("return self.weight[:positions]", "return self.weight[1:positions + 1]")]),
@@ -507,6 +514,11 @@ BROKEN = {
         CH6, [("lib:transformer_lib.multihead:MultiHeadAttention._mask_and_bias", [("if self.alibi:", "if False:")]),
               ("def train_scheme", []), ("alibi_drop = mean_acc", [])],
         "assert all(mean_acc[s, 1] > 0.8 for s in SCHEMES)"),
+    # seed 0 comes from the set-up's models; seed 1 is trained with the library broken
+    "6 five seeds: RoPE's rotation dropped inside the attention layer": (
+        CH6, [("def window(a, first, last)", [("SEEDS = range(5)", "SEEDS = range(2)")])],
+        "assert r4.mean() > a4.mean() + 0.05",
+        [("transformer_lib.multihead", "apply_rope", lambda original: lambda x, *args, **kwargs: x)]),
 
     # --- Chapter 7: causal masking
     "7 mask: the diagonal masked too": (
