@@ -43,10 +43,10 @@ APP, TOK = "appendix_beyond_words", "appendix_tokens"
 
 # For each chapter: the last cell the cases need, and cells not run (training no case needs).
 LAST = {CH3: "cfg = BertConfig()", CH4: "share = dla.values[:, mask]", CH5: 'out_name = f"blocks.{len(minilm.blocks) - 1}',
-        CH6: "alibi_drop = mean_acc", CH7: "published = {3:", CH8: "factors = [0.5",
+        CH6: "alibi_drop = mean_acc", CH7: "xattn = MultiHeadAttention(16, 2)", CH8: "factors = [0.5",
         CH9: "def minimal(q, k, v)", APP: "n_err, w_err = 512, 32", TOK: "def wordpiece_by_hand"}
-SKIP = {CH4: (), CH6: (), CH7: ("steps=900, lr=6e-3", 'glue("val_loss"'), CH3: (), CH5: (), CH8: (), CH9: (),
-        APP: (), TOK: ("starts = [0, 900_000", 'glue("n_slices"')}
+SKIP = {CH4: (), CH6: (), CH7: ("steps=900, lr=6e-3", 'glue("val_loss"', "def line_stats", 'glue("sample_words"'), CH3: (),
+        CH5: (), CH8: (), CH9: (), APP: (), TOK: ("starts = [0, 900_000", 'glue("n_slices"')}
 
 
 def _is_figure(cell) -> bool:
@@ -480,6 +480,13 @@ BROKEN = {
         CH6, [("lib:transformer_lib.positional:sinusoidal_encoding", [("base ** (two_k / d)", "base ** (two_k / 2 / d)")]),
               ("d_rot = 16", [])],
         "torch.testing.assert_close(P[i + delta, 2 * k:2 * k + 2], R @ P[i, 2 * k:2 * k + 2]"),
+    "6 slowest period: the angle read as cos over sin": (
+        CH6, [("def slowest_period(d)", [("math.atan2(p1[-2], p1[-1])", "math.atan2(p1[-1], p1[-2])")])],
+        "assert abs(slowest_period(d_show) / formula - 1) < 1e-9"),
+    "6 slowest period: the library's exponent divided by d − 2": (
+        CH6, [("lib:transformer_lib.positional:sinusoidal_encoding", [("base ** (two_k / d)", "base ** (two_k / (d - 2))")]),
+              ("def slowest_period(d)", [])],
+        "assert abs(slowest_period(d_show) / formula - 1) < 1e-9"),
     "6 learned: the table read from row 1": (
         CH6, [("lib:transformer_lib.positional:LearnedPositionalEmbedding.forward",
                [("return self.weight[:positions]", "return self.weight[1:positions + 1]")]),
@@ -536,6 +543,11 @@ BROKEN = {
         CH6, [("lib:transformer_lib.multihead:MultiHeadAttention._mask_and_bias", [("if self.alibi:", "if False:")]),
               ("def train_scheme", []), ("alibi_drop = mean_acc", [])],
         "assert all(mean_acc[s, 1] > 0.8 for s in SCHEMES)"),
+    # seed 0 comes from the set-up's models; seed 1 is trained with the library broken
+    "6 five seeds: RoPE's rotation dropped inside the attention layer": (
+        CH6, [("def window(a, first, last)", [("SEEDS = range(5)", "SEEDS = range(2)")])],
+        "assert r4.mean() > a4.mean() + 0.05",
+        [("transformer_lib.multihead", "apply_rope", lambda original: lambda x, *args, **kwargs: x)]),
 
     # --- Chapter 7: causal masking
     "7 mask: the diagonal masked too": (
@@ -584,18 +596,28 @@ BROKEN = {
     "7 induction: the previous occurrence, not the token after it": (
         CH7, [("xi, yi = induction_task(512", [("maps[1][rows, :, q_pos, k_pos]",
                                                 "maps[1][rows, :, q_pos, k_pos - 1]")])],
-        "assert ind_worst > 0.5"),
+        "assert worst_by_head.min() > 0.5"),
     "7 patching: the hook swaps in the other head's columns": (
         CH7, [("def run_patched(ids", [("cols = slice(head * d_k, (head + 1) * d_k)",
                                         "cols = slice((1 - head) * d_k, (2 - head) * d_k)")]),
               ("# the hook changes what it should", [])],
-        "assert r_prev > 0.5 and att_prev > 0.45"),
+        "assert r_prev > 0.5 and att_prev.min() > 0.45"),
     "7 patching: the hook patches the position before the chosen one": (
         CH7, [("def run_patched(ids", [("z[:, positions, cols] = source[l][:, positions, cols]",
                                         "z[:, np.subtract(positions, 1), cols] = "
                                         "source[l][:, np.subtract(positions, 1), cols]")]),
               ("# the hook changes what it should", [])],
-        "assert r_prev > 0.5 and att_prev > 0.45"),
+        "assert r_prev > 0.5 and att_prev.min() > 0.45"),
+    "7 patching: the hook ignores its source and patches from the clean run": (
+        CH7, [("def run_patched(ids", [("z[:, positions, cols] = source[l][:, positions, cols]",
+                                        "z[:, positions, cols] = z_clean[l][:, positions, cols]")]),
+              ("# the hook changes what it should", [])],
+        "assert abs(r_mis) < 0.2 and r_prev - r_mis > 0.4"),
+    "7 patching: layer 2's head 1 silenced (one induction head left)": (
+        CH7, [("def run_patched(ids", [("PT_GAP = 3\n", "PT_GAP = 3\nind_model = copy.deepcopy(ind_model)\n"
+                                        "with torch.no_grad():\n    ind_model.attn[1].out_proj.weight[:, 16:] = 0\n")]),
+              ("# the hook changes what it should", [])],
+        "assert min(r_induction) > 0.5"),
     "7 patching: the hook patches every head of the layer": (
         CH7, [("def run_patched(ids", [("cols = slice(head * d_k, (head + 1) * d_k)", "cols = slice(None)")]),
               ("# the hook changes what it should", [])],
@@ -604,7 +626,7 @@ BROKEN = {
         CH7, [("lib:transformer_lib.patching:recovered_fraction", [("return (patched - corrupted) / (clean - corrupted)",
                                                                     "return (clean - patched) / (clean - corrupted)")]),
               ("def run_patched(ids", []), ("# the hook changes what it should", [])],
-        "assert r_prev > 0.5 and att_prev > 0.45"),
+        "assert r_prev > 0.5 and att_prev.min() > 0.45"),
     "7 patching map: layer 2's rows patch layer 1": (
         CH7, [("patch_map = np.zeros(", [("run_patched(x_corr, l, h, [p], z_clean)", "run_patched(x_corr, 0, h, [p], z_clean)")])],
         "assert np.abs(patch_map[~expected]).max() < 0.05"),
@@ -612,6 +634,16 @@ BROKEN = {
         CH7, [("lib:transformer_lib.model:GPT._cache_len", [("return 0 if k is None else k.shape[-2]", "return 0")]),
               ("gen_gpt = GPT(ModelConfig(vocab_size=50", [])],
         "assert torch.equal(greedy_c, greedy_n) and torch.equal(samp[0], samp[1])"),
+    "7 generate: the library's cached steps rerun the whole window": (
+        CH7, [("lib:transformer_lib.model:GPT.generate", [("logits = self(idx[:, -1:], cache=cache)",
+                                                          "cache = [{} for _ in self.blocks]; "
+                                                          "logits = self(idx[:, -n_ctx:], cache=cache)")]),
+              ("gen_gpt = GPT(ModelConfig(vocab_size=50", [])],
+        "assert len(rows_c) == 4 and all(r == prompt_then_one"),
+    "7 KV cache from scratch: every step starts from an empty cache and reruns the window": (
+        CH7, [("def my_generate", [("logits = my_gpt(m, next_id, cache)",
+                                    "cache = [{} for _ in m.blocks]; logits = my_gpt(m, idx, cache)")])],
+        "assert all(r == [start.shape[1]] + [1] * 40"),
     "7 KV cache from scratch: the new token's position restarts at 0": (
         CH7, [("def my_gpt(m, idx", [("m.pos_emb.weight[t:t + n]", "m.pos_emb.weight[:n]")]),
               ("def my_generate", [])],
@@ -635,6 +667,12 @@ BROKEN = {
     "7 MLM: 20% random tokens, none kept": (
         CH7, [("def mlm_corrupt", [("rnd = chosen & (u >= 0.8) & (u < 0.9)", "rnd = chosen & (u >= 0.8)")])],
         "assert abs(kept - (0.1 + 0.1 / vocab_m))"),
+    "7 MLM: the library's loss averaged over the unchosen positions too": (
+        CH7, [("lib:transformer_lib.train:cross_entropy_loss",
+               [("targets.reshape(-1), ignore_index=-100)",
+                 'targets.reshape(-1), ignore_index=-100, reduction="sum") / targets.numel()')]),
+              ("def mlm_corrupt", [])],
+        "torch.testing.assert_close(cross_entropy_loss(logits_m, tgt[:n_loss])"),
     "7 cross-attention: attends to itself": (
         CH7, [("xattn = MultiHeadAttention(16, 2)", [("xattn(dec, context=enc, return_weights=True)",
                                                       "xattn(dec, return_weights=True)")])],
@@ -690,7 +728,12 @@ BROKEN = {
     "8 parameters: every expert runs on every assignment": (
         CH8, [("lib:transformer_lib.moe:MoELayer.forward", [("sel = (expert_of == e) & keep", "sel = keep")]),
               ("d_c, dff_c = 64, 256", [])],
-        'assert reached == counts["active"]'),
+        "assert reached == K_c * per_expert + router_reached"),
+    "8 parameters: the library's top-K weights not renormalised (the whole router gets a gradient)": (
+        CH8, [("lib:transformer_lib.moe:Router.forward", [("weights = top / top.sum(dim=-1, keepdim=True)",
+                                                          "weights = top")]),
+              ("d_c, dff_c = 64, 256", [])],
+        "assert reached == K_c * per_expert + router_reached"),
     "8 FLOPs: every expert runs on every assignment": (
         CH8, [("lib:transformer_lib.moe:MoELayer.forward", [("sel = (expert_of == e) & keep", "sel = keep")]),
               ("def measured_flops_per_token", [])],
@@ -718,7 +761,23 @@ BROKEN = {
         'assert torch.equal(aux_c["kept"], kept_mine)'),
     "8 capacity: the capacity factor never set": (
         CH8, [("factors = [0.5", [("        lay.capacity_factor = c\n", "")])],
-        "assert cap == math.ceil(c * len(xr) * K_R / E_R)"),
+        "assert cap == my_capacity(c, len(xr), K_R, E_R)"),
+    "8 capacity: the library rounds C down": (
+        CH8, [("lib:transformer_lib.moe:MoELayer.capacity", [("return math.ceil(factor", "return math.floor(factor")]),
+              ("def my_moe_capacity", [])],
+        "assert cap_layer.capacity(T_c) == caps[c]"),
+    "8 capacity: the library takes the ceiling of a float product": (
+        CH8, [("lib:transformer_lib.moe:MoELayer.capacity", [("factor = Fraction(str(float(self.capacity_factor)))",
+                                                            "factor = float(self.capacity_factor)")]),
+              ("def my_moe_capacity", [])],
+        "assert MoELayer(d, d_ff, E_x, k_x, capacity_factor=c).capacity(T_x) == exact"),
+    "8 capacity: the library counts the tokens of one sequence, not of the batch": (
+        CH8, [("lib:transformer_lib.moe:MoELayer.forward", [("cap = self.capacity(n_tokens)", "cap = self.capacity(x.shape[-2])")]),
+              ("def my_moe_capacity", [])],
+        'assert torch.equal(aux_c["kept"], kept_mine)'),
+    "8 capacity from scratch: the ceiling written as a floor": (
+        CH8, [("def my_moe_capacity", [("return -(-p * T * k // (q * E))", "return p * T * k // (q * E)")])],
+        "assert cap_layer.capacity(T_c) == caps[c]"),
 
     # --- Chapter 9: parameter and FLOP counting
     "9 MiniLM file: the position_ids buffer counted as parameters": (

@@ -132,6 +132,32 @@ def test_capacity_rounds_up_non_integer_products(factor, T, k, e, cap):
     assert torch.equal(aux["kept"], _kept_by_hand(aux["expert_index"], cap, e))
 
 
+@pytest.mark.parametrize("factor,T,k,e,cap", [(1.1, 100, 2, 4, 55), (2.2, 50, 2, 4, 55), (2.2, 25, 2, 2, 55),
+                                              (2.2, 90, 1, 2, 99), (1.1, 200, 2, 8, 55), (1.1, 180, 2, 4, 99)])
+def test_capacity_is_exact_where_float_rounding_crosses_an_integer(factor, T, k, e, cap):
+    """The products are whole numbers (1.1·100·2/4 = 55, 1.1·180·2/4 = 99), but in floats they come
+    out just above (55.00000000000001, 99.00000000000001) and a float ceil would give one more."""
+    import math
+    assert math.ceil(factor * T * k / e) == cap + 1        # the float arithmetic the layer must avoid
+    layer = _layer(e=e, k=k, capacity_factor=factor)
+    assert layer.capacity(T) == cap
+    out, aux = layer(_x(T, 8, seed=T))
+    assert torch.equal(aux["kept"], _kept_by_hand(aux["expert_index"], cap, e))
+
+
+def test_capacity_counts_every_token_of_a_batch():
+    """A (b, n, d) input has b·n tokens: 3·5 = 15, capacity ceil(0.5·15·2/4) = 4 (not the 2 of n = 5)."""
+    layer = _layer(e=4, k=2, capacity_factor=0.5)
+    x = _x(3, 5, 8, seed=7)
+    _, aux = layer(x)
+    assert layer.capacity(15) == 4
+    assert torch.equal(aux["kept"], _kept_by_hand(aux["expert_index"], 4, 4))
+    with pytest.raises(ValueError, match=r"^n_tokens: expected an int >= 1, got 0$"):
+        layer.capacity(0)
+    with pytest.raises(TypeError, match=r"^n_tokens: expected an int, got float \(15.0\)$"):
+        layer.capacity(15.0)
+
+
 def test_capacity_output_and_counts_against_a_hand_dispatch():
     """With capacity 3 (1.2·10·2/8 = 3): kept assignments from a hand priority loop, the output
     from a per-token loop over them, and tokens_per_expert counting every routed assignment

@@ -8,6 +8,7 @@ per token with K.
 from __future__ import annotations
 
 import math
+from fractions import Fraction
 from typing import Any
 
 import torch
@@ -88,10 +89,11 @@ class MoELayer(nn.Module):
     back with ``index_add_``.
 
     ``capacity_factor``: None for no limit; otherwise each expert takes at most
-    ``ceil(capacity_factor · T · k / E)`` assignments, filled in priority order (every token's
-    first choice, in token order, then the second choices, …). A dropped assignment contributes
-    0 and the remaining weights are not renormalised; a token with every assignment dropped
-    gets output 0, so inside a residual block it passes through unchanged.
+    ``ceil(capacity_factor · T · k / E)`` assignments (T: every token of the input, computed
+    exactly by :meth:`capacity`), filled in priority order (every token's first choice, in token
+    order, then the second choices, …). A dropped assignment contributes 0 and the remaining
+    weights are not renormalised; a token with every assignment dropped gets output 0, so
+    inside a residual block it passes through unchanged.
 
     With ``return_aux=False`` forward returns only ``out`` and keeps aux in ``self.last_aux``
     (how :func:`moe_block` uses it). Chapter 8.
@@ -118,10 +120,15 @@ class MoELayer(nn.Module):
         self.last_aux: dict[str, Any] | None = None
 
     def capacity(self, n_tokens: int) -> int | None:
-        """Maximum assignments per expert for ``n_tokens`` tokens (None: unlimited). Chapter 8."""
+        """Maximum assignments per expert for ``n_tokens`` tokens (None: unlimited), computed
+        exactly: the factor counts as the decimal it is written as (1.1 as 11/10), so
+        ``ceil(1.1 · 100 · 2 / 4)`` is 55, where float arithmetic gives 55.00000000000001 and 56.
+        ``forward`` passes every token of its input (b·n for ``(b, n, d_model)``). Chapter 8."""
+        require_int("n_tokens", n_tokens)
         if self.capacity_factor is None:
             return None
-        return math.ceil(self.capacity_factor * n_tokens * self.top_k / self.n_experts)
+        factor = Fraction(str(float(self.capacity_factor)))
+        return math.ceil(factor * n_tokens * self.top_k / self.n_experts)
 
     def forward(self, x: Tensor) -> Tensor | tuple[Tensor, dict[str, Any]]:
         """``(…, d_model) -> (…, d_model)`` (and the aux dict). Chapter 8."""

@@ -23,7 +23,10 @@ In a post-norm model (BERT) ``resid_mid`` and ``resid_post`` are the states afte
 that follows each addition. The runs go through the model's own modules in the order of its
 forward pass (`GPT.embed`, `MultiHeadAttention.project`, the norms, the MLP) and stop at each
 name; `GPT.forward` itself carries no hooks, so a model used without them pays nothing.
-Without patches a run gives exactly the model's output. Chapters 4, 5 and 7.
+The runs attend explicitly (they need each head's output), so without patches a run gives
+exactly the output of the model's explicit path (`MultiHeadAttention.fused = False`) and the
+output of its default, fused path up to float rounding (about 1e-7 in float32).
+Chapters 4, 5 and 7.
 """
 from __future__ import annotations
 
