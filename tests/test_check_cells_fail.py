@@ -776,6 +776,35 @@ BROKEN = {
         CH9, [("def decode_flops(c, n)", [("lm_model(torch.zeros(1, 1, dtype=torch.long), cache=cache)",
                                            "lm_model(torch.zeros(1, 1, dtype=torch.long))")])],
         "assert step.get_total_flops() == decode_flops(lm, 21)"),
+    "9 decode bytes: one cache read for the whole batch": (
+        CH9, [("def weight_entries(c)", [("batch * kv_cache_size(c, n)", "kv_cache_size(c, n)")])],
+        "assert bytes_held(half, cache) == decode_bytes(lm, 21, batch=3)"),
+    "9 decode bytes: the library's cache size counts the keys only": (
+        CH9, [("def weight_entries(c)", [])],
+        "assert bytes_held(half, cache) == decode_bytes(lm, 21, batch=3)",
+        [("transformer_lib.counting", "kv_cache_size", lambda original: lambda c, n: original(c, n) // 2)]),
+    "9 decode bytes: the unembedding not read": (
+        CH9, [("def weight_entries(c)", [("- 4 * c.n_layers * c.d_model) // 2",
+                                          "- 4 * c.n_layers * c.d_model - 2 * c.d_model * c.vocab_size) // 2")])],
+        "assert bytes_held(half, cache) == decode_bytes(lm, 21, batch=3)"),
+    "9 intensity: one cache read for the whole batch, the byte check skipped": (
+        CH9, [("def weight_entries(c)", [("batch * kv_cache_size(c, n)", "kv_cache_size(c, n)"),
+                                         ("assert bytes_held(half, cache) == decode_bytes(lm, 21, batch=3)", "pass")]),
+              ("batches = [1, 8, 64, 512]", [])],
+        "assert all(decode[a] < decode[b] < limit"),
+    "9 intensity: the bytes of one sequence at every batch": (
+        CH9, [("def weight_entries(c)", [("/ decode_bytes(c, n, batch, bytes_per_number)",
+                                          "/ decode_bytes(c, n, 1, bytes_per_number)")]),
+              ("batches = [1, 8, 64, 512]", [])],
+        "assert all(decode[a] < decode[b] < limit"),
+    "9 prefill: the FLOPs of one token, not of the prompt": (
+        CH9, [("batches = [1, 8, 64, 512]", [("prefill = forward_flops(l3, l3.n_ctx)", "prefill = flops_per_token(l3, l3.n_ctx)")])],
+        "assert prefill > chip"),
+    "9 scores at 128K: the attention drops the last key": (
+        CH9, [("tiny = ModelConfig(vocab_size=50, n_ctx=64", [])],
+        "assert scores_binary == n128**2",
+        [("transformer_lib.attention", "scaled_dot_product_attention", lambda original: (
+            lambda q, k, v, mask=None, bias=None: original(q, k[..., :-1, :], v[..., :-1, :])))]),
     "9 online softmax: the running output not rescaled": (
         CH9, [("def online_attention", [("a = torch.exp(m - m_new) * a + p @ v", "a = a + p @ v")])],
         "torch.testing.assert_close(online_attention(q, k, v, block=32), explicit"),
