@@ -829,13 +829,25 @@ BROKEN = {
         APP, [("def sector_weights(z)", [("-d2 / (2 * h * h)", "-d2 / (2 * h)")])],
         "assert torch.allclose(mine, chapter1"),
     "A firms: the keys of the main model tied to its queries": (
-        APP, [("class PeerAttention", [('(("attention", False), ("attention, W_K tied', '(("attention", True), ("attention, W_K tied')]),
+        APP, [("class PeerAttention", [('"attention": train_peer_attention(tied=False)', '"attention": train_peer_attention(tied=True)')]),
               ("sector = z_test[..., 4:]", [])],
         "assert forward_higher > 0.95"),
     "A firms: the baseline's keys not tied": (
-        APP, [("class PeerAttention", [('("attention, W_K tied to W_Q", True)', '("attention, W_K tied to W_Q", False)')]),
+        APP, [("class PeerAttention", [("self.W_K = self.W_Q if tied else torch.nn.Linear(d_z, d_k)",
+                                        "self.W_K = torch.nn.Linear(d_z, d_k)")]),
               ("sector = z_test[..., 4:]", [])],
         "assert (s_tied - s_tied.transpose(-1, -2)).abs().max() < 1e-5"),
+    "A firms: the baseline untied in its forward pass, its scores() still symmetric": (
+        APP, [("class PeerAttention", [("self.W_K = self.W_Q if tied else torch.nn.Linear(d_z, d_k)",
+                                        "self.W_K = torch.nn.Linear(d_z, d_k)\n        self.tied = tied"),
+                                       ("q, k = self.W_Q(z), self.W_K(z)",
+                                        "q, k = self.W_Q(z), (self.W_Q if self.tied else self.W_K)(z)")]),
+              ("sector = z_test[..., 4:]", [])],
+        'assert errors["attention, W_K tied to W_Q"] > errors["attention"] + 0.05'),
+    "A firms: training stopped after 60 of its 150 steps": (
+        APP, [("class PeerAttention", [("steps=150, lr=2e-2", "steps=60, lr=2e-2")]),
+              ("sector = z_test[..., 4:]", [])],
+        'assert min(by_sector["attention"]) > 0.9'),
     "A firms: the learning rate's exponent mistyped": (
         APP, [("class PeerAttention", [("steps=150, lr=2e-2", "steps=15, lr=2e-8")]),
               ("sector = z_test[..., 4:]", [])],
