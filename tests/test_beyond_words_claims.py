@@ -1,14 +1,16 @@
 """The appendix's measured claims hold across seeds: attention over a cross-section of firms learns
-the direction of the generator's customer links (asymmetric scores, weight on customers, an error
-at the noise floor) where the model with keys tied to its queries cannot; the small ViT reads
-digits, better with positions than without, below logistic regression on the raw pixels, and
-without positions cannot see a patch permutation; an LSTM's gradient vanishes with distance where
-attention's does not, and its time grows with n; sliding-window and linear attention cost linear
-work, and only tiled attention is exact.
+the direction of the generator's customer links (asymmetric scores, weight on customers in every
+sector, an error at the noise floor), and the best model with keys tied to its queries, trained
+from random and constructed starts, stays measurably above that error, as the proof that no
+symmetric score ranks the customers first in all three sectors implies (it may serve two); the
+small ViT reads digits, better with positions than without, below logistic regression on the raw
+pixels, and without positions cannot see a patch permutation; an LSTM's gradient vanishes with
+distance where attention's does not, and its time grows with n; sliding-window and linear
+attention cost linear work, and only tiled attention is exact.
 
 The firm, ViT and LSTM claims are tested by re-running the appendix's own cells
 (chapters/appendix_beyond_words.ipynb) with the seed changed, so the assertions checked for five
-seeds are exactly the ones the page makes for one.
+seeds are exactly the ones the page makes for one. The seeds are 1 to 5; the page uses 0.
 """
 from __future__ import annotations
 
@@ -29,7 +31,7 @@ from transformer_lib.efficient import linear_attention, sliding_window_attention
 from transformer_lib.positional import sinusoidal_encoding  # noqa: E402
 from transformer_lib.tiled import tiled_attention  # noqa: E402
 
-SEEDS = range(5)
+SEEDS = range(1, 6)   # the appendix itself uses seed 0
 APP = "appendix_beyond_words"
 
 
@@ -60,18 +62,22 @@ def _run_cells(namespace: dict, steps: list[tuple[str, list[tuple[str, str]]]]) 
 # ------------------------------------------------------------------------------ firms
 
 @pytest.mark.parametrize("seed", SEEDS)
-def test_attention_learns_the_customer_direction_and_the_tied_model_cannot(seed):
-    """The check cell's assertions, on data, training batches and initialisation of another seed:
+def test_attention_learns_the_customer_direction_and_the_best_tied_model_falls_short(seed):
+    """The check cell's assertions, on data, training batches and initialisations of another seed:
     symmetric tied scores; s_ij > s_ji for > 95 % of (firm, customer) pairs; > 0.9 of the weight on
-    customers against chance + 0.1 for the tied model; error within 0.02 of the floor and below
-    0.7 × the kernels'; the tied model worse by more than 0.1."""
+    customers in every sector; error within 0.02 of the floor and below 0.7 × the kernels'; the best
+    of the tied model's three starts (two random, one constructed) worse than attention by more than
+    0.05. The proof implies the gap, not that the tied model is blind to direction, and nothing
+    about its weight on customers is asserted (the constructed start serves two sectors of three)."""
     _run_cells(dict(_appendix()[1]), [
         ("N_FIRMS, N_SECTORS = 30, 3", [("gen = torch.Generator().manual_seed(0)",
                                          f"gen = torch.Generator().manual_seed({seed})")]),
         ("def sector_weights(z)", []),
         ("predict = fit_peer_regression(sector_weights", []),
-        ("class PeerAttention", [("peer_models[name] = train_peer_attention(tied)",
-                                  f"peer_models[name] = train_peer_attention(tied, seed={seed})")]),
+        ("class PeerAttention", [("for k in (0, 1)}", f"for k in ({seed}, {seed + 10})}}"),
+                                 ("train_peer_attention(tied=True, start=constructed_tied)",
+                                  f"train_peer_attention(tied=True, seed={seed}, start=constructed_tied)"),
+                                 ("train_peer_attention(tied=False)", f"train_peer_attention(tied=False, seed={seed})")]),
         ("sector = z_test[..., 4:]", [])])
 
 

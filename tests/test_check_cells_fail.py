@@ -864,6 +864,35 @@ BROKEN = {
         CH9, [("def decode_flops(c, n)", [("lm_model(torch.zeros(1, 1, dtype=torch.long), cache=cache)",
                                            "lm_model(torch.zeros(1, 1, dtype=torch.long))")])],
         "assert step.get_total_flops() == decode_flops(lm, 21)"),
+    "9 decode bytes: one cache read for the whole batch": (
+        CH9, [("def weight_entries(c)", [("batch * kv_cache_size(c, n)", "kv_cache_size(c, n)")])],
+        "assert bytes_held(half, cache) == decode_bytes(lm, 21, batch=3)"),
+    "9 decode bytes: the library's cache size counts the keys only": (
+        CH9, [("def weight_entries(c)", [])],
+        "assert bytes_held(half, cache) == decode_bytes(lm, 21, batch=3)",
+        [("transformer_lib.counting", "kv_cache_size", lambda original: lambda c, n: original(c, n) // 2)]),
+    "9 decode bytes: the unembedding not read": (
+        CH9, [("def weight_entries(c)", [("- 4 * c.n_layers * c.d_model) // 2",
+                                          "- 4 * c.n_layers * c.d_model - 2 * c.d_model * c.vocab_size) // 2")])],
+        "assert bytes_held(half, cache) == decode_bytes(lm, 21, batch=3)"),
+    "9 intensity: one cache read for the whole batch, the byte check skipped": (
+        CH9, [("def weight_entries(c)", [("batch * kv_cache_size(c, n)", "kv_cache_size(c, n)"),
+                                         ("assert bytes_held(half, cache) == decode_bytes(lm, 21, batch=3)", "pass")]),
+              ("batches = [1, 8, 64, 512]", [])],
+        "assert all(decode[a] < decode[b] < limit"),
+    "9 intensity: the bytes of one sequence at every batch": (
+        CH9, [("def weight_entries(c)", [("/ decode_bytes(c, n, batch, bytes_per_number)",
+                                          "/ decode_bytes(c, n, 1, bytes_per_number)")]),
+              ("batches = [1, 8, 64, 512]", [])],
+        "assert all(decode[a] < decode[b] < limit"),
+    "9 prefill: the FLOPs of one token, not of the prompt": (
+        CH9, [("batches = [1, 8, 64, 512]", [("prefill = forward_flops(l3, l3.n_ctx)", "prefill = flops_per_token(l3, l3.n_ctx)")])],
+        "assert prefill > chip"),
+    "9 scores at 128K: the attention drops the last key": (
+        CH9, [("tiny = ModelConfig(vocab_size=50, n_ctx=64", [])],
+        "assert scores_binary == n128**2",
+        [("transformer_lib.attention", "scaled_dot_product_attention", lambda original: (
+            lambda q, k, v, mask=None, bias=None: original(q, k[..., :-1, :], v[..., :-1, :])))]),
     "9 online softmax: the running output not rescaled": (
         CH9, [("def online_attention", [("a = torch.exp(m - m_new) * a + p @ v", "a = a + p @ v")])],
         "torch.testing.assert_close(online_attention(q, k, v, block=32), explicit"),
@@ -888,13 +917,25 @@ BROKEN = {
         APP, [("def sector_weights(z)", [("-d2 / (2 * h * h)", "-d2 / (2 * h)")])],
         "assert torch.allclose(mine, chapter1"),
     "A firms: the keys of the main model tied to its queries": (
-        APP, [("class PeerAttention", [('(("attention", False), ("attention, W_K tied', '(("attention", True), ("attention, W_K tied')]),
+        APP, [("class PeerAttention", [('"attention": train_peer_attention(tied=False)', '"attention": train_peer_attention(tied=True)')]),
               ("sector = z_test[..., 4:]", [])],
         "assert forward_higher > 0.95"),
     "A firms: the baseline's keys not tied": (
-        APP, [("class PeerAttention", [('("attention, W_K tied to W_Q", True)', '("attention, W_K tied to W_Q", False)')]),
+        APP, [("class PeerAttention", [("self.W_K = self.W_Q if tied else torch.nn.Linear(d_z, d_k)",
+                                        "self.W_K = torch.nn.Linear(d_z, d_k)")]),
               ("sector = z_test[..., 4:]", [])],
         "assert (s_tied - s_tied.transpose(-1, -2)).abs().max() < 1e-5"),
+    "A firms: the baseline untied in its forward pass, its scores() still symmetric": (
+        APP, [("class PeerAttention", [("self.W_K = self.W_Q if tied else torch.nn.Linear(d_z, d_k)",
+                                        "self.W_K = torch.nn.Linear(d_z, d_k)\n        self.tied = tied"),
+                                       ("q, k = self.W_Q(z), self.W_K(z)",
+                                        "q, k = self.W_Q(z), (self.W_Q if self.tied else self.W_K)(z)")]),
+              ("sector = z_test[..., 4:]", [])],
+        'assert errors["attention, W_K tied to W_Q"] > errors["attention"] + 0.05'),
+    "A firms: training stopped after 60 of its 150 steps": (
+        APP, [("class PeerAttention", [("steps=150, lr=2e-2", "steps=60, lr=2e-2")]),
+              ("sector = z_test[..., 4:]", [])],
+        'assert min(by_sector["attention"]) > 0.9'),
     "A firms: the learning rate's exponent mistyped": (
         APP, [("class PeerAttention", [("steps=150, lr=2e-2", "steps=15, lr=2e-8")]),
               ("sector = z_test[..., 4:]", [])],
