@@ -121,10 +121,14 @@ def test_the_reader_s_and_binder_s_commands_are_make_install_s(where):
     assert [_normalised(c) for c in commands] == [_normalised(c) for c in makefile_installs()], where
 
 
-def test_the_reader_s_line_is_gone():
-    """The old one-line install left out the model, the corpus and the CPU index."""
+def test_the_prose_names_torch_as_torch_txt_does():
+    """The guides quote torch's pins; the old one-line install (no model, no corpus, no CPU index)
+    is gone."""
+    pins = {doctor.torch_pin(TORCH_FILE, env)[1] for env in (LINUX, MAC)}
     for where in ("guides/running.md", "CONTRIBUTING.md", "README.md"):
-        assert "pip install torch==2.13.0" not in (REPO / where).read_text(), where
+        text = (REPO / where).read_text()
+        assert "pip install torch==" not in text, where
+        assert set(re.findall(r"torch==([\w.+]+)", text)) <= pins, where
 
 
 # ------------------------------------------------------------------ Binder
