@@ -7,9 +7,10 @@ every other code cell is the student's, whatever its metadata, and belongs **by 
 exercise of the first check cell after it (after the last one: to the last exercise). No id a
 student can copy into a cell's metadata moves a cell to another exercise.
 
-A refused construct costs its exercise its points. One in a cell before the first check cell (the
-notebook's setup, which every check runs after) costs every exercise, and so does, from its
-exercise on, a refused change to a module or a library class (it outlives its cell). A cell that
+A refused construct costs its exercise its points. One in the notebook's setup, before the first
+exercise's heading and the first check cell (whichever comes first), costs every exercise, and so
+does, from its exercise on, a refused change to a module or a library class (it outlives its
+cell). (A heading moved up only makes setup code the first exercise's code, costed as such.) A cell that
 uses a name defined by a refused cell, or by a cell that did so, costs its exercise too, and a
 check cell that uses one costs its own check: a helper written in one exercise serves another.
 Only the names a cell defines for the cells after it count (its top level, and what its functions
@@ -191,7 +192,8 @@ def refusals(submission, instructor, bans_of: dict[str, tuple[str, ...]]) -> dic
     if not exs:
         return cost
     owner, checks = cell_exercises(submission, exs)
-    first = min(checks, default=len(submission.cells))
+    first = min([*checks, *(i for i, c in enumerate(submission.cells) if c.cell_type == "markdown"
+                            and re.search(rf"^## {re.escape(exs[0].title)} ", c.source, re.M))], default=0)
     sources = {i: "\n".join("" if line.strip() == IMPORT_CHECKS else line for line in c.source.splitlines())
                for i, c in enumerate(submission.cells) if c.cell_type == "code" and i not in checks}
     owners = Owners([tree for source in sources.values() for tree in _trees(source)])
