@@ -149,6 +149,8 @@ class Owners:
             if self.is_foreign(value):
                 return True
             func = value.func
+            if isinstance(func, ast.Lambda):
+                return self.mentions(func.body)
             passes = isinstance(func, ast.Name) and func.id in _CALLS_RETURNING_ARGUMENT
             parts = ([*value.args, *(k.value for k in value.keywords)] if passes else [])
             parts += [func.value] if isinstance(func, ast.Attribute) and not self._rooted_import(func) else []

@@ -15,8 +15,9 @@ theirs, and of the classes and objects those modules hold, **without calling any
   ``open``, ``globals``/``locals``/``vars``, and every function, class or object defined by the
   interpreter's own modules (:data:`INTERPRETER`: ``sys``, ``os``, ``importlib``, ``subprocess``,
   ``ctypes``, ``inspect``, ``threading``, ``gc``, ``types``, ``io``, ``shutil``, ``signal``,
-  ``pickle``, ``marshal`` …), torch's operator and class registries, and torch's switches for
-  its function and dispatch modes.
+  ``pickle``, ``marshal`` …), torch's operator and class registries, torch's switches for its
+  function and dispatch modes, and the hooks that make every module call (or numpy error) run
+  the notebook's code.
 
 Every name under which a forbidden value is found is refused as an attribute, on anything. Only
 modules and code-running values count: a harmless function of a forbidden module (``os.path.join``)
@@ -65,6 +66,7 @@ INTERPRETER = ("sys", "os", "posix", "nt", "subprocess", "_posixsubprocess", "im
                "_contextvars", "IPython", "ipykernel", "torch._ops", "torch._classes")
 RUNNERS = ("exec", "eval", "compile", "__import__", "getattr", "setattr", "delattr", "hasattr", "globals", "locals",
            "vars", "open", "breakpoint", "input", "help", "exit", "quit", "__build_class__")
+GLOBAL_HOOK = re.compile(r"register_module_\w*hook|seterrcall$")  # hooks on every module call, every numpy error
 MODE_SWITCH = re.compile(r"Disable|Dispatch|Guard|Mode", re.I)  # torch._C's classes that switch the watch's modes
 
 
@@ -139,6 +141,8 @@ class _Walk:
             return f"{getattr(value, '__qualname__', value)!s}, which runs code or looks names up"
         if isinstance(value, type) and issubclass(value, BaseException):
             return None
+        if isinstance(value, types.FunctionType) and GLOBAL_HOOK.match(value.__name__):
+            return f"{value.__qualname__}, which makes library calls run the notebook's code"
         if callable(value) and not isinstance(value, (types.GenericAlias, types.UnionType)):
             where = _defined_in(value)
             if where is None:

@@ -49,13 +49,14 @@ REFUSED_NAMES = {"exec", "eval", "compile", "__import__", "globals", "locals", "
                  "get_ipython", "__builtins__", "__loader__", "__spec__"}
 ATTRIBUTE_FUNCTIONS = {"getattr", "setattr", "delattr", "hasattr"}
 # What the walk of the allowed modules cannot see: the attributes of frames, tracebacks, generators and
-# code; the names that read or write files; the library functions that compile or evaluate code
-# (torch.compile, typing.get_type_hints) or start processes (DataLoader's workers); formatting by name.
+# code, and a class's bases (mro); the names that read or write files; the library functions that
+# compile or evaluate code (torch.compile, typing.get_type_hints) or start processes (DataLoader's
+# workers); formatting by name.
 REFUSED_ATTRIBUTES = {
     "f_back", "f_locals", "f_globals", "f_builtins", "f_code", "f_trace", "tb_frame", "tb_next", "gi_frame", "gi_code",
     "cr_frame", "cr_code", "ag_frame", "ag_code", "co_code", "co_consts", "save", "savez", "savez_compressed",
     "savetxt", "tofile", "memmap", "fromfile", "load", "loadtxt", "genfromtxt", "from_file", "open_memmap", "savefig",
-    "DataSource", "compile", "get_type_hints", "DataLoader", "set_default_tensor_type", "format_map", "vformat",
+    "DataSource", "compile", "get_type_hints", "DataLoader", "set_default_tensor_type", "format_map", "vformat", "mro",
 }
 ALLOWED_DUNDERS = {"__init__", "__name__"}
 REFUSED_DEFINITIONS = {"__torch_function__", "__torch_dispatch__", "__getattribute__", "__getattr__", "__del__",
@@ -221,7 +222,7 @@ class _Reader(ast.NodeVisitor):
             self.refuse(node, f"{_base(node) or attr}: this exercise asks you to write that function yourself")
 
     def store(self, node: ast.AST, target: ast.AST) -> None:
-        if self.owners.is_foreign(target):
+        if self.owners.mentions(target):
             self.refuse(node, CHANGES_LIBRARY)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
