@@ -191,12 +191,15 @@ class _Walk:
                                          or type(value).__module__ or ""):
                     queue.append(value)  # a class or an object of the allowed modules: its own attributes
         for name in sorted(walked.values()):  # a package that imports submodules when they are asked for
-            package = sys.modules[name]
-            if "__getattr__" in _own_dict(package) and isinstance(_own_dict(package).get("__path__"), list):
-                for child in pkgutil.iter_modules(_own_dict(package)["__path__"]):
-                    if _public(child.name) and f"{name}.{child.name}" not in walked.values():
-                        bindings[child.name].append((name, f"the module {name}.{child.name}, which this walk does not "
-                                                           "cover (its package imports it when asked)", 0))
+            lazy = _own_dict(sys.modules[name]).get("__getattr__")
+            imports = set(lazy.__code__.co_names) if isinstance(lazy, types.FunctionType) else set()
+            if imports and isinstance(_own_dict(sys.modules[name]).get("__path__"), list):
+                for child in pkgutil.iter_modules(_own_dict(sys.modules[name])["__path__"]):
+                    full = f"{name}.{child.name}"
+                    if _public(child.name) and full not in walked.values() and (
+                            "import_module" in imports or full in imports):
+                        bindings[child.name].append((name, f"the module {full}, which this walk does not cover "
+                                                           "(its package imports it when asked)", 0))
         ids = {n: i for i, n in walked.items()}
         return self.settle(bindings, bound_as, ids, useful)
 
