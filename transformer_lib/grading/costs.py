@@ -200,7 +200,7 @@ def refusals(submission, instructor, bans_of: dict[str, tuple[str, ...]]) -> dic
     tainted: dict[str, str] = {}  # name -> the refusal behind it
     for index, cell in enumerate(submission.cells):
         if index in checks:
-            gid, used = grade_id(cell), sorted(used_names(cell.source) & set(tainted))
+            gid, used = grade_id(cell), sorted((used_names(cell.source) - defined_names(cell.source)) & set(tainted))
             if used and not cost[gid]:
                 cost[gid].append(Refusal(index, 0, used[0], f"the check uses {used[0]}, defined by code the grader "
                                                              f"refuses ({tainted[used[0]]})"))
