@@ -83,6 +83,8 @@ REFUSED = {  # one construct per technique a student used to beat the checks fro
     "a module its package imports when asked": "import numpy as np\ny = np.testing",
     "a submodule not walked": "import torch.onnx",
     "a private module": "import torch._dynamo",
+    "a refused module imported from its package": "from torch.utils import data",
+    "a module closed for what it binds": "from matplotlib import backend_bases",
     # the libraries' objects are not the notebook's to change
     "a library class changed": "import torch\ntorch.Tensor.detach = f",
     "a library class changed through an alias": "import torch\nT = [torch.Tensor][0]\nT.detach = f",

@@ -39,6 +39,7 @@ from __future__ import annotations
 import ast
 import re
 import string
+import sys
 from dataclasses import dataclass
 
 from .ipython import magic_call, python_of, timed_statement
@@ -149,7 +150,7 @@ class _Reader(ast.NodeVisitor):
                 self.refuse(node, "import * is not allowed in a graded notebook: import the names you use")
             elif alias.name.startswith("_") or refused_attribute(alias.name):
                 self.refuse(node, f"importing {alias.name!r} is not allowed in a graded notebook")
-            elif full in reach().importable or module.startswith("transformer_lib"):
+            elif full in sys.modules or full in reach().importable or module.startswith("transformer_lib"):
                 self.check_module(node, full)
             elif alias.name not in known and module in reach().importable:
                 self.refuse(node, f"{full} is not among the names a graded notebook may import")
