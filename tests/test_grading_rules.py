@@ -74,6 +74,7 @@ REFUSED = {  # one construct per technique a student used to beat the checks fro
     "a help magic": "x?",
     "%matplotlib with a backend": "%matplotlib qt",
     "a cell that is not Python": "def f(:\n    pass",
+    "a refusal after blank lines (which IPython drops)": "\n  \nimport sys",
     # the refused attribute names are computed from the allowed modules
     "the interpreter as an attribute": 'import torch\ntorch.sys.modules["builtins"].exec("x = 1")',
     "builtins under another name": "import enum\nrun = enum.bltns.exec",

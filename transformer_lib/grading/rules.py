@@ -259,12 +259,15 @@ def read_cell(source: str, bans: tuple[str, ...] = (), owners: Owners | None = N
     found = [(i, line.strip()[:80], "get_ipython is not allowed in a graded notebook")
              for i, line in enumerate(raw, 1) if "get_ipython" in line]
     code = python_of(source)
-    same = code is not None and len(code.splitlines()) == len(raw)  # IPython kept the lines where they were
+    lead = next((i for i, line in enumerate(raw) if line.strip()), 0)  # the blank lines IPython drops first
+    same = code is not None and len(code.splitlines()) + lead == len(raw)  # the lines stay where they were
     try:
         tree = ast.parse(code if code is not None else "\0")
     except (SyntaxError, ValueError) as err:
-        line = (getattr(err, "lineno", None) or 1) if same else 1
+        line = (getattr(err, "lineno", None) or 1) + lead if same else 1
         return sorted(set(found + [(line, raw[line - 1].strip()[:80] if 0 < line <= len(raw) else "", UNREADABLE)]))
+    if same:
+        ast.increment_lineno(tree, lead)
     reader = _Reader(raw, bans, owners or Owners([tree]))
     reader.visit(tree)
     return sorted(set(found + reader.found))
