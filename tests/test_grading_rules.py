@@ -93,6 +93,7 @@ REFUSED = {  # one construct per technique a student used to beat the checks fro
     "a library function deleted": "import torch.nn.functional as F\ndel F.relu",
     "setattr on a library class": "import torch\nsetattr(torch.Tensor, 'detach', f)",
     "the class of an object": "type(x).detach = f",
+    "a library class changed in a loop over it": "import torch\nfor i, T in enumerate([torch.Tensor]):\n    T.detach = f",
 }
 
 ALLOWED = {
@@ -114,6 +115,9 @@ ALLOWED = {
                                                 "x = torch.zeros(2)\nx.grad = None",
     "a library value handed to a constructor": "import torch\ncfg = make(dtype=torch.float32)\ncfg.scale = 2",
     "numpy's random, loaded when asked": "import numpy as np\nr = np.random.default_rng(0)",
+    "a library function handed to a helper that changes the notebook's object": (
+        "import torch\ndef init(module, fn):\n    module.weight = fn(module.weight)\n"
+        "init(layer, torch.nn.init.normal_)"),
 }
 
 

@@ -26,7 +26,7 @@ import types
 
 from .reach import _own_dict
 
-_CALLS_RETURNING_ARGUMENT = {"next", "iter", "max", "min", "sorted", "list", "tuple", "dict",
+_CALLS_RETURNING_ARGUMENT = {"next", "enumerate", "zip", "map", "filter", "iter", "max", "min", "sorted", "list", "tuple", "dict",
                              "set", "reversed", "vars", "dir", "id", "super"}
 _FOREIGN_KINDS = (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType, types.MethodType)
 
@@ -71,6 +71,15 @@ def _chain(node: ast.AST) -> tuple[str, list[str]] | None:
     return (node.id, attrs[::-1]) if isinstance(node, ast.Name) else None
 
 
+def _bound_names(target: ast.AST) -> set[str]:
+    """The names an assignment target binds (not those of ``a.b = …`` or ``a[i] = …``)."""
+    if isinstance(target, ast.Name):
+        return {target.id}
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return set().union(*map(_bound_names, target.elts)) if target.elts else set()
+    return _bound_names(target.value) if isinstance(target, ast.Starred) else set()
+
+
 class Owners:
     """The notebook-wide facts: imported names, names bound to foreign things, functions returning them."""
 
@@ -108,17 +117,29 @@ class Owners:
                 pairs = [(ast.Name(a.arg), d) for a, d in zip(args[len(args) - len(node.args.defaults):],
                                                                node.args.defaults)]
                 pairs += [(ast.Name(a.arg), d) for a, d in zip(node.args.kwonlyargs, node.args.kw_defaults) if d]
-            elif isinstance(node, ast.Call) and any(self.mentions(a) for a in node.args + [k.value for k in
-                                                                                        node.keywords]):
-                called = node.func.id if isinstance(node.func, ast.Name) else getattr(node.func, "attr", None)
-                for d in defs:
-                    if d.name == called:  # a notebook function (or method) handed something foreign
-                        a = d.args
-                        self.foreign |= {x.arg for x in a.posonlyargs + a.args + a.kwonlyargs + [a.vararg, a.kwarg]
-                                         if x}
+            elif isinstance(node, ast.Call):
+                self._handed(node, defs)
             for target, value in pairs:
                 if self.mentions(value):
-                    self.foreign |= {n.id for n in ast.walk(target) if isinstance(n, ast.Name)}
+                    self.foreign |= _bound_names(target)
+
+    def _handed(self, call: ast.Call, defs: list[ast.AST]) -> None:
+        """The parameters of a notebook function (or method of that name) that ``call`` hands something
+        foreign: by position (one further too, for a method: ``obj.m(a)`` and ``Class.m(obj, a)``), by name."""
+        called = call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", None)
+        shift = (0, 1) if isinstance(call.func, ast.Attribute) else (0,)
+        for d in (d for d in defs if d.name == called):
+            a = d.args
+            positional = a.posonlyargs + a.args
+            for i, arg in enumerate(call.args):
+                if self.mentions(arg):
+                    for k in (i + j for j in shift):
+                        self.foreign |= {positional[k].arg} if k < len(positional) else (
+                            {a.vararg.arg} if a.vararg else set())
+            for kw in call.keywords:
+                if self.mentions(kw.value):
+                    names = {x.arg for x in positional + a.kwonlyargs} & {kw.arg}
+                    self.foreign |= names or ({a.kwarg.arg} if a.kwarg else set())
 
     def is_foreign(self, node: ast.AST) -> bool:
         """True if ``node`` may evaluate to a module, class or function the notebook did not create."""

@@ -4,9 +4,10 @@ The modules a graded notebook may import (:data:`~transformer_lib.grading.rules.
 as attributes, modules and functions that reach the interpreter (``torch.sys``, ``numpy.os``, a
 module's ``inspect`` or ``threading``, ``operator.attrgetter`` …). Listing their names by hand
 misses some; so when the grader starts (in its own process, never in a student's kernel),
-:func:`reach` imports the allowed modules and reads every public attribute of each loaded module of
-theirs, and of the classes and objects those modules hold, **without calling anything** (their own
-``__dict__``: no property, no lazy module attribute, no import runs). A value is *forbidden* if it is
+:func:`reach` imports the allowed modules (and the checks, for what they load) and reads every
+public attribute of each loaded module of theirs, and of the classes and objects those modules
+hold, **without calling anything** (their own ``__dict__``: no property, no lazy module attribute,
+no import runs). A value is *forbidden* if it is
 
 - a module outside the allowed set (one whose package is not allowed, or is refused, or an object
   posing as a module that is not the one imported under its name), or
@@ -242,4 +243,5 @@ def reach() -> Reach:
             importlib.import_module(name)
         except ImportError:  # an allowed module that is not installed: nothing of it to reach
             continue
+    importlib.import_module("transformer_lib.grading.checks")  # what a kernel has loaded once its checks ran
     return _Walk().run()
