@@ -45,8 +45,8 @@ from transformer_lib.model import GPT
 from transformer_lib.train import cross_entropy_loss
 
 __all__ = ["WIDTHS", "PLAN", "COLUMNS", "sweep_config", "non_embedding_params", "peak_lr", "steps_for",
-           "train_point", "plan_points", "read_sweep", "isoflop_minimum", "power_law", "bootstrap_exponents",
-           "main"]
+           "train_point", "plan_points", "read_sweep", "isoflop_minimum", "isoflop_optima", "power_law",
+           "bootstrap_exponents", "main"]
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "chapters" / "data" / "scaling_sweep.csv"
@@ -173,12 +173,16 @@ def power_law(budgets: Sequence[float], values: Sequence[float]) -> tuple[float,
     return float(a), float(np.exp(log_k))
 
 
-def _optima(sweep: dict[str, np.ndarray], rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(budgets, N_opt) of the rows ``rows`` of a sweep, one fit per budget."""
-    budgets = np.unique(sweep["budget"][rows])
-    n_opt = [isoflop_minimum(sweep["n_params"][rows][sweep["budget"][rows] == c],
-                             sweep["val_loss"][rows][sweep["budget"][rows] == c])[0] for c in budgets]
-    return budgets, np.array(n_opt)
+def isoflop_optima(sweep: dict[str, np.ndarray], rows: np.ndarray | None = None
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One :func:`isoflop_minimum` per budget, fitted to every row of that budget (all sizes, all
+    seeds; ``rows``: indices of the rows to use, default all) -> ``(budgets, N_opt, loss_opt)``,
+    each ``(budgets,)``. Chapter 12."""
+    rows = np.arange(len(sweep["budget"])) if rows is None else np.asarray(rows)
+    budget, n, loss = sweep["budget"][rows], sweep["n_params"][rows], sweep["val_loss"][rows]
+    budgets = np.unique(budget)
+    fits = np.array([isoflop_minimum(n[budget == c], loss[budget == c]) for c in budgets])
+    return budgets, fits[:, 0], fits[:, 1]
 
 
 def bootstrap_exponents(sweep: dict[str, np.ndarray], samples: int = 1000, seed: int = 0) -> np.ndarray:
@@ -195,7 +199,7 @@ def bootstrap_exponents(sweep: dict[str, np.ndarray], samples: int = 1000, seed:
     while len(out) < samples:
         rows = np.concatenate([rng.choice(g, size=len(g)) for g in groups])
         try:
-            budgets, n_opt = _optima(sweep, rows)
+            budgets, n_opt, _ = isoflop_optima(sweep, rows)
         except ValueError:
             continue
         out.append(power_law(budgets, n_opt)[0])
@@ -228,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-progress", action="store_true")
     argv = sys.argv[1:] if argv is None else argv
     args = p.parse_args(argv)
-    points = plan_points()
+    points, provenance = plan_points(), _provenance(args.jobs, args.threads, argv)
     rows, start = [], time.perf_counter()
     bar = tqdm(total=sum(c for c, _, _ in points) / 1e12, disable=args.no_progress, file=sys.stderr,
                bar_format="{l_bar}{bar}| {n:.1f}/{total:.1f} TFLOPs {elapsed}{postfix}")
@@ -243,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
     rows.sort(key=lambda r: (r["budget"], r["d_model"], r["seed"]))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w", newline="") as f:
-        f.writelines(f"# {k}: {v}\n" for k, v in _provenance(args.jobs, args.threads, argv).items())
+        f.writelines(f"# {k}: {v}\n" for k, v in provenance.items())
         w = csv.DictWriter(f, COLUMNS)
         w.writeheader()
         for r in rows:
