@@ -46,7 +46,7 @@ from transformer_lib.train import cross_entropy_loss
 
 __all__ = ["WIDTHS", "PLAN", "COLUMNS", "sweep_config", "non_embedding_params", "peak_lr", "steps_for",
            "train_point", "plan_points", "read_sweep", "isoflop_minimum", "isoflop_optima", "power_law",
-           "bootstrap_exponents", "main"]
+           "bootstrap_exponents", "parametric_fit", "parametric_optimum", "main"]
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "chapters" / "data" / "scaling_sweep.csv"
@@ -204,6 +204,36 @@ def bootstrap_exponents(sweep: dict[str, np.ndarray], samples: int = 1000, seed:
             continue
         out.append(power_law(budgets, n_opt)[0])
     return np.array(out)
+
+
+def parametric_fit(n_params: Sequence[float], tokens: Sequence[float], loss: Sequence[float]) -> dict[str, float]:
+    """Hoffmann et al.'s L(N, D) = E + A/N^α + B/D^β fitted to points ``(points,)`` each, by least
+    squares with a soft L1 loss (robust, as their Huber loss) from a few starts -> ``{E, A, B, alpha,
+    beta, a}``; ``a = β/(α + β)`` is the exponent of N_opt under C = 6ND. Chapter 12."""
+    from scipy.optimize import least_squares
+
+    log_n, log_d = np.log(np.asarray(n_params, float)), np.log(np.asarray(tokens, float))
+    y = np.asarray(loss, float)
+
+    def residuals(p: np.ndarray) -> np.ndarray:
+        e, log_a, log_b, alpha, beta = p
+        return e + np.exp(log_a - alpha * log_n) + np.exp(log_b - beta * log_d) - y
+
+    starts = [[1.0, 3.0, 3.0, al, be] for al in (0.2, 0.5) for be in (0.2, 0.5)]
+    bounds = ([0.0, -5.0, -5.0, 0.02, 0.02], [float(y.min()), 30.0, 30.0, 2.0, 2.0])
+    best = min((least_squares(residuals, x0, loss="soft_l1", f_scale=0.01, bounds=bounds) for x0 in starts),
+               key=lambda fit: fit.cost)
+    e, log_a, log_b, alpha, beta = best.x
+    return dict(E=float(e), A=float(np.exp(log_a)), B=float(np.exp(log_b)), alpha=float(alpha),
+                beta=float(beta), a=float(beta / (alpha + beta)))
+
+
+def parametric_optimum(fit: dict[str, float], budget: float) -> float:
+    """N_opt of a :func:`parametric_fit` at budget C under C = 6ND: G·(C/6)^a with
+    G = (αA / (βB))^(1/(α+β)). Chapter 12."""
+    alpha, beta = fit["alpha"], fit["beta"]
+    g = (alpha * fit["A"] / (beta * fit["B"])) ** (1 / (alpha + beta))
+    return float(g * (require_positive("budget", budget) / 6) ** (beta / (alpha + beta)))
 
 
 def _provenance(jobs: int, threads: int, argv: list[str]) -> dict[str, str]:
