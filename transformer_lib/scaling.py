@@ -189,8 +189,8 @@ def bootstrap_exponents(sweep: dict[str, np.ndarray], samples: int = 1000, seed:
     """Bootstrap of the exponent a of N_opt ∝ C^a over a sweep's points and seeds -> ``(samples,)``.
 
     Each sample draws, within each budget, as many rows (size, seed) as it has, with
-    replacement, refits every budget's parabola and the power law; draws with fewer than three
-    sizes or no minimum are drawn again. D_opt = C / (6 N_opt), so its exponent is 1 − a. Chapter 12.
+    replacement, refits every budget's parabola and the power law; a draw with fewer than three
+    sizes, or a parabola without a minimum inside the sizes drawn, is drawn again. D_opt = C / (6 N_opt), so its exponent is 1 − a. Chapter 12.
     """
     require_int("samples", samples)
     rng = np.random.default_rng(seed)
@@ -202,7 +202,9 @@ def bootstrap_exponents(sweep: dict[str, np.ndarray], samples: int = 1000, seed:
             budgets, n_opt, _ = isoflop_optima(sweep, rows)
         except ValueError:
             continue
-        out.append(power_law(budgets, n_opt)[0])
+        drawn = [sweep["n_params"][rows][sweep["budget"][rows] == c] for c in budgets]
+        if all(n.min() <= m <= n.max() for n, m in zip(drawn, n_opt)):
+            out.append(power_law(budgets, n_opt)[0])
     return np.array(out)
 
 
