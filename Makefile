@@ -58,7 +58,7 @@ lab: install
 	$(BIN)/python -m transformer_lib.lab shakespeare --seconds $(SECONDS) --seed $(SEED) --out _build/lab
 
 # The compute-optimal sweep of the scaling appendix: every point of transformer_lib.scaling.PLAN
-# trained on D = C/(6N) tokens, one thread per point, two points at a time (about 12 minutes on
+# trained on D = C/(6N) tokens, one thread per point, two points at a time (about 14 minutes on
 # two idle cores); rewrites chapters/data/scaling_sweep.csv, the losses to the last digit.
 scaling: install
 	$(BIN)/python -m transformer_lib.scaling --out chapters/data/scaling_sweep.csv --jobs 2 --threads 1

@@ -60,7 +60,7 @@ PLAN: dict[float, tuple[tuple[int, ...], tuple[int, ...]]] = {
     1.25e12: ((24, 32, 44, 64, 92, 128), (0,)),
 }
 """budget C (FLOPs) -> (widths, seeds): six sizes per budget around the optimum, as many seeds
-as fit in about 12 minutes on two cores (a small model needs many steps, and a step of a tiny
+as fit in about 14 minutes on two cores (a small model needs many steps, and a step of a tiny
 model costs about as much time as one of a model 16 times larger). Chapter 12.
 """
 COLUMNS = ["budget", "d_model", "n_params", "seed", "steps", "tokens", "flops_6nd", "flops_counted",
