@@ -29,7 +29,7 @@ from repo_paths import REPO
 MODULES = ["embedding", "attention", "multihead", "block", "stream", "positional", "moe", "bert",
            "patching", "attribution",
            "model", "loading", "counting", "config", "viz", "data", "train", "tiled", "memory",
-           "efficient", "vision", "corpus", "bpe", "tokenizer", "wordpiece"]
+           "efficient", "vision", "corpus", "bpe", "tokenizer", "wordpiece", "scaling"]
 MAX_LINES = 300
 
 CHAPTER_END = re.compile(r"Chapters? \d+(?:(?:, \d+)* and \d+|–\d+)?\.\s*$")
