@@ -243,7 +243,7 @@ def test_the_derivation_sees_the_model_the_corpus_and_the_digits():
     corpus = {s for s, (_, reads) in derived.items() if "shakespeare" in reads}
     assert model == {"01_data_independent_weights", "05_multi_head_attention", "09_parameter_and_flop_counting",
                      "appendix_tokens"}
-    assert corpus == {"07_causal_masking", "appendix_tokens"}
+    assert corpus == {"07_causal_masking", "appendix_tokens", "appendix_scaling"}
     assert derived["appendix_beyond_words"][1] == {"scikit-learn"}
     assert "safetensors" in derived["01_data_independent_weights"][0]  # load_minilm reads the weights with it
     assert "safetensors" not in derived["appendix_tokens"][0]  # imports bert, but only its config and tokenizer
