@@ -18,7 +18,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from .._harness import StudentError, call, draw, hidden_generator, randn, run_check, seeded
+from .._calls import call
+from .._harness import StudentError, draw, hidden_generator, randn, run_check, seeded
 
 __all__ = ["check_hand_routing", "check_hand_balance", "check_moe_capacity", "check_balancing_grad"]
 

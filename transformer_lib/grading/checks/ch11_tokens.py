@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .._harness import call, draw, hidden_generator, run_check, typename
+from .._calls import call
+from .._harness import draw, hidden_generator, run_check, typename
 
 __all__ = ["check_merge_step", "check_pair_changes", "check_stream_decode"]
 
