@@ -31,13 +31,10 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ._harness import _BUILTIN_ERRORS, StudentError, capture, recording, typename, watched
+from ._harness import _BUILTIN_ERRORS, StudentError, capture, notebook_code, recording, typename, watched
 
 _LIBRARY = f"{os.sep}transformer_lib{os.sep}"  # the course library's files, the grading package included
 _OWN: set[int] = set()  # ids of the namespaces of this check cell's own copy of the checks (set by its loader)
-_ROOTS = tuple(sorted({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
-                      | {os.path.realpath(p) for p in sys.path if p and ("site-packages" in p or "dist-packages" in p)}
-                      | {os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}))
 _LOOKUPS = {"embedding", "embedding_bag", "index_select", "gather", "take", "take_along_dim",
             "masked_select", "select", "narrow", "unbind", "__iter__", "split", "chunk", "tensor_split",
             "unsafe_split", "unsafe_chunk", "split_with_sizes", "unfold", "as_strided",
@@ -46,11 +43,6 @@ _LOOKUPS = {"embedding", "embedding_bag", "index_select", "gather", "take", "tak
 _ATEN = {"scaled_dot_product_attention": ("_scaled_dot_product", "_fused_sdp"),
          "multi_head_attention": ("_native_multi_head_attention", "_scaled_dot_product"),
          "dual": ("_make_dual", "_unpack_dual")}
-
-
-def notebook_code(filename: str) -> bool:
-    """True for code of the notebook (a cell's file), not of Python, its packages or the library."""
-    return not filename.startswith("<") and not filename.startswith(_ROOTS)
 
 
 def where(frame: Any = None) -> tuple[int, str]:
@@ -202,6 +194,8 @@ def call(fn: Any, *args: Any, banned: tuple[str, ...] = (), lookups: bool = Fals
         raise StudentError("not_implemented") from None
     except KeyboardInterrupt:  # the cell's time limit
         raise
+    except StudentError as err:  # the result is an object of the notebook's (see capture)
+        raise used[0] if used else err from None
     except BaseException as err:  # noqa: B036 - SystemExit too: the check goes on to its record
         if used:  # e.g. .numpy() on a tensor that requires grad: name what was switched off
             raise used[0] from None

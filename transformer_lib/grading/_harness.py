@@ -22,6 +22,7 @@ from __future__ import annotations
 import builtins
 import hashlib
 import json
+import linecache
 import os
 import sys
 from typing import Any, Callable
@@ -158,12 +159,37 @@ def capture(value: Any, depth: int = 0, budget: list[int] | None = None) -> Any:
             return Opaque(f"a {kind.__name__} of {len(value)} items, too many to record")
         items = tuple.__iter__(value) if kind is not list else list.__iter__(value)
         return [capture(v, depth + 1, budget) for v in items]
+    if kind is torch.Size:
+        return [int(n) for n in tuple.__iter__(value)]
     if kind is dict and depth < 4 and all(type(k) is str for k in dict.keys(value)):
         budget[0] -= len(value)
         if len(value) > 1000 or budget[0] < 0:
             return Opaque(f"a dict of {len(value)} entries, too many to record")
         return {k[:100]: capture(v, depth + 1, budget) for k, v in dict.items(value)}
+    _refuse_own_class(kind)
     return Opaque(typename(value))
+
+
+def _refuse_own_class(kind: type) -> None:
+    """Raise StudentError ``capture`` if ``kind`` (or a class it derives from) is the notebook's: a
+    result must be plain data, not an object whose methods the notebook wrote."""
+    for cls in type.mro(kind):
+        for member in dict(cls.__dict__).values():
+            code = member.__code__ if type(member) is type(_refuse_own_class) else None
+            if code is not None and notebook_code(code.co_filename):
+                err = StudentError("capture", f"an object of the notebook's class {cls.__name__[:40]}")
+                err.where = (code.co_firstlineno, linecache.getline(code.co_filename, code.co_firstlineno).strip()[:200])
+                raise err
+
+
+_ROOTS = tuple(sorted({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+                      | {os.path.realpath(p) for p in sys.path if p and ("site-packages" in p or "dist-packages" in p)}
+                      | {os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}))
+
+
+def notebook_code(filename: str) -> bool:
+    """True for code of the notebook (a cell's file), not of Python, its packages or the library."""
+    return not filename.startswith("<") and not filename.startswith(_ROOTS)
 
 
 _TENSOR = torch._C.TensorBase  # its methods: a class cannot replace them (torch.Tensor's, it can)

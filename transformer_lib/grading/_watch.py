@@ -35,6 +35,9 @@ EVENTS = {"sys._getframe", "sys._current_frames", "sys._current_exceptions", "sy
           "cpython.run_command", "builtins.input", "marshal.loads", "pickle.find_class", "urllib.Request",
           "import"}
 PREFIXES = ("ctypes.", "socket.", "_thread.", "mmap.", "resource.", "signal.", "fcntl.", "winreg.")
+# Events noted when code of the notebook is anywhere on the stack: what changes files (through any library).
+CHANGES = {"os.remove", "os.rename", "os.mkdir", "os.chmod", "os.symlink", "os.link", "os.truncate", "shutil.copyfile",
+           "shutil.rmtree", "shutil.move"}
 # What the checks rely on: the namespaces whose functions and classes must stay the ones the kernel started with.
 NAMESPACES = ("builtins", "torch", "torch.nn.functional", "torch.linalg", "torch.special", "torch.autograd",
               "torch.overrides", "torch.utils._python_dispatch", "torch._C", "torch._C._VariableFunctions",
@@ -53,6 +56,13 @@ MODULES = {"ctypes", "_ctypes", "gc", "inspect", "importlib", "_thread", "thread
 
 class Tampered(RuntimeError):
     """The watch noted something (the message: what, and ``line|text`` where, if known)."""
+
+
+def _writes(mode: object, flags: object) -> bool:
+    """True if an ``open`` event's mode or flags write."""
+    if isinstance(mode, str):
+        return any(c in mode for c in "wax+")
+    return isinstance(flags, int) and bool(flags & 3)  # O_WRONLY or O_RDWR
 
 
 def _callable(value: object) -> bool:
@@ -97,6 +107,7 @@ def install(roots: tuple[str, ...], checks: tuple[str, ...], secrets_file: str) 
         owner = getattr(importlib.import_module(module), cls)
         spaces.append((f"{module}.{cls}", owner.__dict__, dict(owner.__dict__), True))
     threads = set(sys._current_frames())
+    caches = (os.path.join(os.path.expanduser("~"), ""), "/dev/")  # libraries' caches (matplotlib's fonts)
 
     def notebook(filename: str) -> bool:
         return not filename.startswith(("<", *roots)) and os.path.basename(filename) not in checks
@@ -144,12 +155,15 @@ def install(roots: tuple[str, ...], checks: tuple[str, ...], secrets_file: str) 
             what, line, text = found[0]
             raise Tampered(f"{what}|{line}|{text}")
 
-    def answer(asker: object) -> None:
+    def answer(asker: object, frame) -> None:  # noqa: ANN001
         defaults = asker.__defaults__ or ()
         if asker.__name__ == QUERY and len(defaults) == 1 and type(defaults[0]) is list:
             alarm()
             defaults[0].append(True)
         elif asker.__name__ == SECRETS and len(defaults) == 2 and type(defaults[1]) is list:
+            if notebook(frame.f_code.co_filename):  # only a check cell's loader may ask
+                found.append(("the notebook's code asked for a check cell's inputs", *where(frame)))
+                return
             defaults[1].append(secrets.pop(str(defaults[0]), None))
 
     def hook(event: str, args: tuple) -> None:
@@ -159,18 +173,24 @@ def install(roots: tuple[str, ...], checks: tuple[str, ...], secrets_file: str) 
                 and type(args[0]) is function and args[0].__name__ in (QUERY, SECRETS):
             audit_busy.on = True
             try:
-                answer(args[0])
+                answer(args[0], getframe(1))
             finally:
                 audit_busy.on = False
             return
-        if event not in EVENTS and not event.startswith(PREFIXES):
+        writes = event in CHANGES or event == "open" and len(args) > 2 and _writes(args[1], args[2]) \
+            and not str(args[0]).startswith(caches)
+        if event not in EVENTS and not writes and not event.startswith(PREFIXES):
             return
         if event == "import" and (not args or str(args[0]).partition(".")[0] not in MODULES):
             return
         audit_busy.on = True
         try:
             frame = getframe(1)
-            if notebook(frame.f_code.co_filename):
+            if writes and not notebook(frame.f_code.co_filename):
+                line, text = where(frame)
+                if line:  # a library writes a file for the notebook's code (ndarray.dump, torch.save, …)
+                    found.append((f"the notebook's code wrote a file ({event})", line, text))
+            elif notebook(frame.f_code.co_filename):
                 detail = f" ({args[1]})" if event.startswith("object.") and len(args) > 1 else ""
                 detail = f" ({args[0]})" if event == "import" and args else detail
                 found.append((f"the notebook's code used {event}{detail}"[:200],
