@@ -61,8 +61,9 @@ p = torch.exp(-F.cross_entropy(rows.repeat_interleave(n, dim=0), targets, reduct
 return p.reshape(moved.shape).movedim(-1, dim)
 '''
 
-SOFTMIN = '''
-return torch.nn.functional.softmin(-x, dim=dim)
+# A variant: the logsumexp as the last entry of a cumulative one.
+LOGCUMSUMEXP = '''
+return torch.exp(x - x.logcumsumexp(dim).narrow(dim, x.shape[dim] - 1, 1))
 '''
 
 # ---------------------------------------------------------------- records written before the real ones
@@ -146,14 +147,18 @@ else:
     raise RuntimeError("wrote 800 MB")
 '''
 
-# A variant: the worker's folder, which is on the host's disk, found through /proc.
+# A variant: the worker's folder, which is on the host's disk, found through /proc (where a grader that is
+# root runs the worker as a user of its own, /proc does not show it).
 FILL_THE_WORKERS_FOLDER = '''
 import os
 
-_folder = os.readlink(f"/proc/{os.getppid()}/cwd")
-for _i in range(4):
-    with open(os.path.join(_folder, f"fill{_i}"), "wb") as _fh:
-        _fh.write(bytes(50 * 2**20))
+try:
+    _folder = os.readlink(f"/proc/{os.getppid()}/cwd")
+    for _i in range(4):
+        with open(os.path.join(_folder, f"fill{_i}"), "wb") as _fh:
+            _fh.write(bytes(50 * 2**20))
+except OSError:
+    pass
 '''
 
 # Markup in the reports: an image tag with a script in a refused line, and a cell labelled with kilobytes of it.
@@ -190,21 +195,30 @@ def _before(gid: str, code: str, edits: dict[str, str] | None = None):
     return lambda nb: _prepend(as_handed_in(substitute(nb, edits or {})), gid, code)
 
 
+def _harm(nb):
+    """The zip bombs written by 2.5's function, 800 MB dumped, the worker's folder filled and markup
+    refused at the top of its cell, and a last cell labelled with kilobytes of markup."""
+    nb = _before("permuted_mask", DUMP_800_MB + FILL_THE_WORKERS_FOLDER + REFUSED_HTML, {"permuted_mask": ZIP_BOMBS})(nb)
+    return _labelled(nb)
+
+
+# name: (build, the checks it scores 0 on, what the class report says of it, each in a row with cell and line)
 CHAPTER_2 = {
-    "rebind_detach": (_solved({"stable_softmax": REBIND_DETACH}), LATER, True),
-    "lazy_subclass": (_solved({"stable_softmax": LAZY_SUBCLASS}), {"check_stable_softmax"}, True),
-    "cross_entropy_softmax": (_solved({"stable_softmax": CROSS_ENTROPY}), {"check_stable_softmax"}, True),
-    "softmin_softmax": (_solved({"stable_softmax": SOFTMIN}), {"check_stable_softmax"}, True),
-    "forged_records": (_solved({"stable_softmax": FORGED_RECORDS}), {"check_stable_softmax"}, True),
-    "seed_table": (_before("stable_softmax", SEED_TABLE, {"stable_softmax": TABLE_LOOKUP}),
-                   {"check_stable_softmax"}, True),
-    "ask_the_watch": (_before("permuted_mask", ASK_THE_WATCH), {"check_permuted_mask"}, True),
-    "judge_import": (_before("stable_softmax", JUDGE_IMPORT), {"check_stable_softmax"}, True),
-    "zip_bombs": (_solved({"permuted_mask": ZIP_BOMBS}), {"check_permuted_mask"}, True),
-    "dump_800_mb": (_before("permuted_mask", DUMP_800_MB), {"check_permuted_mask"}, True),
-    "fill_the_workers_folder": (_before("permuted_mask", FILL_THE_WORKERS_FOLDER), {"check_permuted_mask"}, True),
-    "html_in_reports": (lambda nb: _labelled(_before("permuted_mask", REFUSED_HTML)(nb)), {"check_permuted_mask"},
-                        True),
+    "rebind_detach": (_solved({"stable_softmax": REBIND_DETACH}), LATER, ["torch.Tensor.detach was replaced"]),
+    "lazy_subclass_judge_import": (
+        lambda nb: _before("variance_questions", JUDGE_IMPORT, {"stable_softmax": LAZY_SUBCLASS})(nb),
+        {"check_stable_softmax", "check_score_std", "check_score_range", "check_variance_divided_by_dk"},
+        ["runs code of its own while the check reads the result", "ch02_attention import _stable_softmax"]),
+    "cross_entropy_softmax": (_solved({"stable_softmax": CROSS_ENTROPY}), {"check_stable_softmax"},
+                              ["aten._log_softmax"]),
+    "logcumsumexp_softmax": (_solved({"stable_softmax": LOGCUMSUMEXP}), {"check_stable_softmax"}, ["logcumsumexp"]),
+    "forged_records": (_solved({"stable_softmax": FORGED_RECORDS}), LATER, ["wrote a file"]),  # noted: all after
+    "seed_table": (_before("stable_softmax", SEED_TABLE, {"stable_softmax": TABLE_LOOKUP}), {"check_stable_softmax"},
+                   ["environ"]),
+    "ask_the_watch": (_before("permuted_mask", ASK_THE_WATCH), {"check_permuted_mask"},
+                      ["asked for a check cell's inputs"]),
+    "harm": (_harm, {"check_permuted_mask"}, ["savez_compressed", "wrote a file (open big.npy)", "open(",
+                                              "onerror=alert"]),
 }
 
 # ---------------------------------------------------------------- other chapters (test_grading_notebooks.py)

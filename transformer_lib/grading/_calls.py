@@ -39,10 +39,15 @@ _LOOKUPS = {"embedding", "embedding_bag", "index_select", "gather", "take", "tak
             "masked_select", "select", "narrow", "unbind", "__iter__", "split", "chunk", "tensor_split",
             "unsafe_split", "unsafe_chunk", "split_with_sizes", "unfold", "as_strided",
             "numpy", "__array__", "tolist", "item", "__dlpack__"}  # row access, or leaving torch
-# The ATen operators a banned Python name runs as, where their names differ.
-_ATEN = {"scaled_dot_product_attention": ("_scaled_dot_product", "_fused_sdp"),
-         "multi_head_attention": ("_native_multi_head_attention", "_scaled_dot_product"),
-         "dual": ("_make_dual", "_unpack_dual")}
+# Other names of what a banned name computes: its ATen operators, where their names differ, and
+# functions that compute it under another name (the last entry of a cumulative logsumexp).
+_ALIASES = {"scaled_dot_product_attention": ("_scaled_dot_product", "_fused_sdp"),
+            "multi_head_attention": ("_native_multi_head_attention", "_scaled_dot_product"),
+            "dual": ("_make_dual", "_unpack_dual"), "logsumexp": ("logcumsumexp",)}
+
+
+def _fragments(banned: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(f for b in banned for f in (b, *_ALIASES.get(b, ())))
 
 
 def where(frame: Any = None) -> tuple[int, str]:
@@ -89,7 +94,7 @@ class _Watch(TorchFunctionMode):
 
     def __init__(self, banned: tuple[str, ...], lookups: bool, used: list[StudentError]) -> None:
         super().__init__()
-        self.banned, self.lookups, self.used = banned, lookups, used
+        self.banned, self.lookups, self.used = _fragments(banned), lookups, used
 
     def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         name = getattr(func, "__name__", "")
@@ -105,7 +110,7 @@ class _Aten(TorchDispatchMode):
 
     def __init__(self, banned: tuple[str, ...], used: list[StudentError]) -> None:
         super().__init__()
-        self.fragments = tuple(f for b in banned for f in (b, *_ATEN.get(b, ())))
+        self.fragments = _fragments(banned)
         self.used = used
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
@@ -184,7 +189,7 @@ def call(fn: Any, *args: Any, banned: tuple[str, ...] = (), lookups: bool = Fals
         raise found
     used: list[StudentError] = []
     try:
-        with _Watch(banned, lookups, used), _Aten(banned, used), _watch_calls(banned, used) as phase:
+        with _Watch(banned, lookups, used), _Aten(banned, used), _watch_calls(_fragments(banned), used) as phase:
             result = fn(*args, **kwargs)
             if after is not None:
                 result = after(result)

@@ -111,11 +111,10 @@ def cell_error(ename: str) -> str:
 
 
 RUNTIME = {"banned", "library", "lookup", "thread", "unwatched", "capture", "tampered"}  # what the watch notes
-_RUNTIME_REASONS = {"banned": "calls a function this exercise switches off ({detail})",
-                    "library": "calls the course library ({detail})", "lookup": "looks rows up ({detail})",
-                    "thread": "runs code in another thread", "unwatched": "switches the check's watch off",
-                    "capture": "runs code of its own while the check reads the result",
-                    "tampered": "{detail}"}
+_RUNTIME_REASONS = {"banned": "calls {detail}, which this exercise switches off", "library": "calls the course library "
+                    "({detail})", "lookup": "looks rows up ({detail})", "thread": "runs code in another thread",
+                    "unwatched": "switches the check's watch off",
+                    "capture": "runs code of its own while the check reads the result", "tampered": "{detail}"}
 
 
 def caught(calls: Sequence[Call | None], cells: list[str]) -> list[Refusal]:
@@ -133,7 +132,7 @@ def caught(calls: Sequence[Call | None], cells: list[str]) -> list[Refusal]:
             cell = next((i for i, source in enumerate(cells) if text and 0 < line <= len(source.splitlines())
                          and source.splitlines()[line - 1].strip() == text), -1)
             detail = out.get("detail") if isinstance(out.get("detail"), str) else ""
-            reason = "at run time, it " + _RUNTIME_REASONS[code].format(detail=detail[:200])
+            reason = "noted at run time: " + _RUNTIME_REASONS[code].format(detail=detail[:200])
             found.setdefault((cell, line), Refusal(cell, line, text or "(code the grader could not place)", reason))
     return list(found.values())
 
