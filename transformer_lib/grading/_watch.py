@@ -77,6 +77,23 @@ def cell_file(source: str) -> str:
     return f"{murmur2_x86(source, HASH_SEED)}.py"
 
 
+def write_secrets(path, cells: list[str], record: str, seed: str) -> dict[str, str]:  # noqa: ANN001
+    """Write each check cell's secrets to ``path`` (mode 0600), for :func:`install`: its record
+    folder ``record``, a nonce and a seed derived from the grading run's ``seed`` and its grade_id.
+    Returns the nonces. (Called by the grader, outside the kernel.)"""
+    import hashlib
+    import json
+    import os
+    import secrets as random
+
+    nonces = {gid: random.token_hex(8) for gid in cells}
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump({gid: {"record": record, "nonce": nonces[gid],
+                         "seed": hashlib.sha256(f"{seed}/{gid}".encode()).hexdigest()[:32]} for gid in cells}, fh)
+    return nonces
+
+
 def install(roots: tuple[str, ...], checks: tuple[str, ...], secrets_file: str) -> None:
     """Start the watch; ``roots``: the folders of trusted code (Python, its packages, the course
     library); ``checks``: the files of the check cells (:func:`cell_file`); code anywhere else

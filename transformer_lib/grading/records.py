@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import zipfile
 from dataclasses import dataclass
@@ -157,3 +158,19 @@ class Recorded(Sequence):
 
     def __iter__(self) -> Iterator[Call | None]:
         return (self[i] for i in range(len(self)))
+
+
+def collect(folder: Path, nonces: dict[str, str], expected: dict[str, int] | None,
+            keep: Path | None) -> dict[str, Sequence[Call | None]]:
+    """Per check cell (``folder/<grade_id>``), the calls of the files :func:`accepted` keeps
+    (``expected[grade_id]`` of them, else at most ``MAX_CALLS``): moved to ``keep/<grade_id>`` and
+    read when judged, or read now (the unreadable left out) if ``keep`` is None."""
+    found: dict[str, Sequence[Call | None]] = {}
+    for gid, nonce in nonces.items():
+        paths = accepted(folder / gid, nonce, (expected or {}).get(gid, MAX_CALLS))
+        if keep is None:
+            found[gid] = [c for c in Recorded(paths) if c is not None]
+        else:
+            (keep / gid).mkdir(parents=True, exist_ok=True)
+            found[gid] = Recorded([Path(shutil.move(str(p), keep / gid / p.name)) for p in paths])
+    return found

@@ -10,14 +10,12 @@ The events the worker wrote are read as hostile data (the kernel can write to th
 every field is type-checked, a cell's ``grade_id`` is taken from the notebook, not the file,
 and malformed lines are ignored.
 
-With ``sandbox=True`` the worker (and so its kernel) runs inside bubblewrap
-(:mod:`~transformer_lib.grading.sandbox`), where only the run's two folders are writable and
-visible of everything the grader has. In every mode the worker limits the memory of each
-process, and the runner stops a run whose processes together hold more than ``memory`` bytes.
+With ``sandbox=True`` the worker (and its kernel) runs in bubblewrap (:mod:`~transformer_lib.
+grading.sandbox`): of the grader's folders only the run's own is there. The runner stops a run
+whose processes hold more than ``memory`` bytes, or whose folders on its disk outgrow DISK_BYTES.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import secrets
@@ -36,8 +34,9 @@ import nbformat
 
 from . import slots
 from .notebook import grade_id, is_check
+from ._watch import cell_file, write_secrets
 from .procs import kernel_env, kill_tagged, kill_tree, kill_user
-from .records import MAX_CALLS, Call, Recorded, accepted
+from .records import Call, collect
 from .sandbox import (DISK_BYTES, MEMORY_BYTES, command, folder_bytes, python_roots, sandbox_env, sandbox_uid,
                       tree_memory, user_memory)
 
@@ -166,14 +165,11 @@ def run_notebook(nb: nbformat.NotebookNode, cell_timeout: float = 30.0, timeout:
                  keep: Path | None = None) -> RunResult:
     """Execute ``nb`` in a worker process; never raises because of what the notebook does.
 
-    The run's token is ``token_prefix`` plus a random part (``result.token``); ``seed`` is the
-    grading run's seed of the hidden tests, from which each check cell's is derived. With ``sandbox``
-    the worker runs in bubblewrap (the caller checked that it works), and the kernel's own folders
-    (its working folder, home and records) are on the sandbox's size-capped ``/tmp`` in memory.
-    ``memory`` limits each process's address space and the resident memory of all the run's
-    processes together. Of each check cell's record files only the ones it was to write are kept:
-    ``expected[grade_id]`` of them (at most ``MAX_CALLS`` if not given), named with the cell's
-    nonce; with ``keep``, they are moved there and read one at a time when judged (else read now).
+    The run's token is ``token_prefix`` plus a random part (``result.token``); ``seed``: the grading
+    run's, of the hidden tests (each check cell's derives from it). With ``sandbox`` the worker runs
+    in bubblewrap, and the kernel's folders are on the sandbox's size-capped ``/tmp``. ``memory``
+    limits each process's address space and all the run's processes together. Of each check cell's
+    records only those it was to write are kept (:func:`~transformer_lib.grading.records.collect`).
     """
     start = time.perf_counter()
     result = RunResult(token=token_prefix + secrets.token_hex(8))
@@ -184,22 +180,15 @@ def run_notebook(nb: nbformat.NotebookNode, cell_timeout: float = 30.0, timeout:
     public = Path(tempfile.mkdtemp(prefix="grading-kernel-", dir=base)) if not sandbox else None
     try:
         kernel_root = public or Path(f"/tmp/grading-kernel-{secrets.token_hex(8)}")  # in the sandbox: its tmpfs
-        live, cwd = kernel_root / "records", kernel_root / "work"
-        if public is not None:
-            live.mkdir()
-            cwd.mkdir()
+        live, cwd = kernel_root / "records", kernel_root / "work"  # the worker makes them
         cells = {grade_id(c): c for c in nb.cells if is_check(c) and grade_id(c)}
-        nonces = {gid: secrets.token_hex(8) for gid in cells}
-        (private / "secrets.json").write_text(json.dumps(
-            {gid: {"record": str(live), "nonce": nonces[gid],
-                   "seed": hashlib.sha256(f"{seed}/{gid}".encode()).hexdigest()[:32]} for gid in cells}))
-        os.chmod(private / "secrets.json", 0o600)
+        nonces = write_secrets(private / "secrets.json", list(cells), str(live), seed)
         nbformat.write(nb, str(private / "notebook.ipynb"))
         uid = sandbox_uid() if sandbox else None
         job = {"notebook": str(private / "notebook.ipynb"), "events": str(private / "events.jsonl"),
                "records": str(private / "records"), "live": str(live), "cwd": str(cwd),
                "kernel_root": str(kernel_root), "secrets": str(private / "secrets.json"), "roots": python_roots(),
-               "checks": sorted(_cell_file(c.source) for c in cells.values()),
+               "checks": sorted(cell_file(c.source) for c in cells.values()),
                "cell_timeout": cell_timeout, "output_cap": output_cap, "memory": memory, "sandboxed": sandbox,
                "uid": uid}
         argv, env = [sys.executable, "-m", "transformer_lib.grading.worker"], kernel_env(result.token)
@@ -207,8 +196,7 @@ def run_notebook(nb: nbformat.NotebookNode, cell_timeout: float = 30.0, timeout:
             argv, env = command(argv, [str(private)], str(private)), sandbox_env(env, kernel_root / "home")
             if uid is not None:
                 _chown_all(private, uid)
-        folders = [f for f in (private, public) if f is not None]
-        disk = lambda: sum(folder_bytes(f) for f in folders)  # noqa: E731
+        disk = lambda: sum(folder_bytes(f) for f in (private, public) if f is not None)  # noqa: E731
         if slot is not None:
             returncode, healthy = _run_in_slot(slot, {**job, "env": env}, timeout, memory, result, disk)
         else:
@@ -220,13 +208,7 @@ def run_notebook(nb: nbformat.NotebookNode, cell_timeout: float = 30.0, timeout:
             log = private / "worker.log"
             tail = log.read_text(errors="replace")[-1500:] if log.is_file() else ""
             result.worker_error = f"worker exited with status {returncode}: {tail.strip()}"
-        for gid, nonce in nonces.items():
-            paths = accepted(private / "records" / gid, nonce, (expected or {}).get(gid, MAX_CALLS))
-            if keep is None:
-                result.records[gid] = [c for c in Recorded(paths) if c is not None]
-            else:
-                (keep / gid).mkdir(parents=True, exist_ok=True)
-                result.records[gid] = Recorded([Path(shutil.move(str(p), keep / gid / p.name)) for p in paths])
+        result.records = collect(private / "records", nonces, expected, keep)
     except KeyboardInterrupt:
         raise
     except Exception as err:  # the grader must survive anything a submission does
@@ -239,12 +221,6 @@ def run_notebook(nb: nbformat.NotebookNode, cell_timeout: float = 30.0, timeout:
             slots.release(slot, healthy)
     result.seconds = time.perf_counter() - start
     return result
-
-
-def _cell_file(source: str) -> str:
-    from ._watch import cell_file
-
-    return cell_file(source)
 
 
 def _warm_slot() -> slots.Slot | None:
