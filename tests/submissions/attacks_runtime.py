@@ -212,7 +212,7 @@ CHAPTER_2 = {
     "cross_entropy_softmax": (_solved({"stable_softmax": CROSS_ENTROPY}), {"check_stable_softmax"},
                               ["aten._log_softmax"]),
     "logcumsumexp_softmax": (_solved({"stable_softmax": LOGCUMSUMEXP}), {"check_stable_softmax"}, ["logcumsumexp"]),
-    "forged_records": (_solved({"stable_softmax": FORGED_RECORDS}), LATER, ["wrote a file"]),  # noted: all after
+    "forged_records": (_solved({"stable_softmax": FORGED_RECORDS}), {"check_stable_softmax"}, ["wrote a file"]),
     "seed_table": (_before("stable_softmax", SEED_TABLE, {"stable_softmax": TABLE_LOOKUP}), {"check_stable_softmax"},
                    ["environ"]),
     "ask_the_watch": (_before("permuted_mask", ASK_THE_WATCH), {"check_permuted_mask"},

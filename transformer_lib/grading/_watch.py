@@ -13,8 +13,10 @@ Nothing of this is kept where the notebook can reach it: the state lives in the 
 A check asks before and after it calls the student's code, by reading ``__code__`` of a function
 named :data:`QUERY`: that read raises an audit event in C, which no Python function the notebook
 could replace stands in front of. The hook raises :class:`Tampered` (naming the first finding and
-where it happened) if anything was noted, a namespace changed or a thread of the notebook's is
-alive. What was noted stays noted: every check after it fails too.
+where it happened) if something was noted since the last question, a namespace is changed or a
+thread of the notebook's is alive. A finding that can reach beyond the current check
+(:data:`STICKY`: the watch's own state through ``gc``, memory through ``ctypes``, code run from
+data, processes) stays: every check after it fails too.
 
 The hook also holds each check cell's secrets (the seed of its hidden inputs, its record folder and
 the nonce of its record files' names), read from a file the grader wrote, deleted before the first
@@ -35,6 +37,11 @@ EVENTS = {"sys._getframe", "sys._current_frames", "sys._current_exceptions", "sy
           "cpython.run_command", "builtins.input", "marshal.loads", "pickle.find_class", "urllib.Request",
           "import"}
 PREFIXES = ("ctypes.", "socket.", "_thread.", "mmap.", "resource.", "signal.", "fcntl.", "winreg.")
+# Findings that can reach what later checks rely on (the watch's own state, other processes' memory, code
+# run from data): every check after them fails. Any other finding fails the check it happened in (or before).
+STICKY = {"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.addaudithook", "exec", "compile",
+          "code.__new__", "function.__new__", "marshal.loads", "pickle.find_class", "os.system", "os.fork", "os.forkpty",
+          "os.posix_spawn", "os.spawn", "os.exec", "subprocess.Popen", "pty.spawn", "cpython.run_command"}
 # Events noted when code of the notebook is anywhere on the stack: what changes files (through any library).
 CHANGES = {"os.remove", "os.rename", "os.symlink", "os.link", "os.truncate", "shutil.copyfile", "shutil.rmtree",
            "shutil.move"}
@@ -57,6 +64,16 @@ MODULES = {"ctypes", "_ctypes", "gc", "inspect", "importlib", "_thread", "thread
 
 class Tampered(RuntimeError):
     """The watch noted something (the message: what, and ``line|text`` where, if known)."""
+
+
+def _memory(args: tuple) -> bool:
+    """True if an ``open`` event opens a process's memory (``/proc/<pid>/mem`` and the like)."""
+    import os
+    import re
+
+    path = args[0] if args and isinstance(args[0], (str, bytes)) else ""
+    path = os.path.realpath(os.fsdecode(path)) if path else ""
+    return bool(re.fullmatch(r"/proc/[^/]+(/task/[^/]+)?/(mem|pagemap|maps|smaps|environ)|/dev/k?mem", path))
 
 
 def _writes(mode: object, flags: object) -> bool:
@@ -112,7 +129,8 @@ def install(roots: tuple[str, ...], checks: tuple[str, ...], secrets_file: str) 
     with open(secrets_file, encoding="utf-8") as fh:
         secrets = json.load(fh)
     os.unlink(secrets_file)
-    found: list[tuple[str, int, str]] = []
+    found: list[tuple[str, int, str, bool]] = []  # what, line, text, sticky (reaches beyond the current check)
+    seen = [0]  # the findings a question has reported: one that is not sticky is reported once
     spaces = []
     for name in NAMESPACES:
         try:
@@ -161,18 +179,15 @@ def install(roots: tuple[str, ...], checks: tuple[str, ...], secrets_file: str) 
         return None
 
     def alarm() -> None:
-        if not found:
-            what = changed()
-            if what is not None:
-                found.append(what)
-        if not found:
+        fresh, seen[0] = found[seen[0]:], len(found)
+        hit = next((f[:3] for f in found if f[3]), None) or (fresh[0][:3] if fresh else None) or changed()
+        if hit is None:
             for ident, frame in sys._current_frames().items():
                 if ident not in threads and ident != threading.get_ident():
-                    line, text = where(frame)
-                    found.append(("a thread started by the notebook is running", line, text))
+                    hit = ("a thread started by the notebook is running", *where(frame))
                     break
-        if found:
-            what, line, text = found[0]
+        if hit is not None:
+            what, line, text = hit
             raise Tampered(f"{what}|{line}|{text}")
 
     def answer(asker: object, frame) -> None:  # noqa: ANN001
@@ -182,7 +197,7 @@ def install(roots: tuple[str, ...], checks: tuple[str, ...], secrets_file: str) 
             defaults[0].append(True)
         elif asker.__name__ == SECRETS and len(defaults) == 2 and type(defaults[1]) is list:
             if notebook(frame.f_code.co_filename):  # only a check cell's loader may ask
-                found.append(("the notebook's code asked for a check cell's inputs", *where(frame)))
+                found.append(("the notebook's code asked for a check cell's inputs", *where(frame), False))
                 return
             defaults[1].append(secrets.pop(str(defaults[0]), None))
 
@@ -211,12 +226,13 @@ def install(roots: tuple[str, ...], checks: tuple[str, ...], secrets_file: str) 
             if writes and not notebook(frame.f_code.co_filename):
                 line, text = where(frame)
                 if line:  # a library writes a file for the notebook's code (ndarray.dump, torch.save, …)
-                    found.append((f"the notebook's code wrote a file ({event} {str(args[0])[:80]})", line, text))
+                    found.append((f"the notebook's code wrote a file ({event} {str(args[0])[:80]})", line, text, False))
             elif notebook(frame.f_code.co_filename):
                 detail = f" ({args[1]})" if event.startswith("object.") and len(args) > 1 else ""
                 detail = f" ({args[0]})" if event == "import" and args else detail
-                found.append((f"the notebook's code used {event}{detail}"[:200],
-                              frame.f_lineno, linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()[:200]))
+                sticky = event in STICKY or event.startswith(("ctypes.", "mmap.")) or event == "open" and _memory(args)
+                found.append((f"the notebook's code used {event}{detail}"[:200], frame.f_lineno,
+                              linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()[:200], sticky))
         finally:
             audit_busy.on = False
 

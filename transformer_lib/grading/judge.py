@@ -184,8 +184,10 @@ def judge_run(run: RunResult, checks: list[Check], reference: dict[str, list[Cal
             failure = judge_calls(calls, reference[check.grade_id])
             if event["status"] != "ok":  # a cell that did not finish: its records may not all be its own
                 failure = cell_error(event["ename"])
-            if costs is not None:
-                costs[check.grade_id] = costs.get(check.grade_id, []) + caught(calls, cells or [])
+            if costs is not None:  # what the watch noted, where the grader's reading refused nothing
+                known = {(r.cell, r.line) for r in costs.get(check.grade_id, [])}
+                costs[check.grade_id] = costs.get(check.grade_id, []) + [
+                    r for r in caught(calls, cells or []) if (r.cell, r.line) not in known]
         refused = (costs or {}).get(check.grade_id, [])
         if refused:  # judged all the same, so that the student (and the instructor) see what it did
             message = (f"0 points: the grader refuses {describe(refused[0])}"
