@@ -188,6 +188,7 @@ def call(fn: Any, *args: Any, banned: tuple[str, ...] = (), lookups: bool = Fals
     if found is not None:
         raise found
     used: list[StudentError] = []
+    error: StudentError | None = None
     try:
         with _Watch(banned, lookups, used), _Aten(banned, used), _watch_calls(_fragments(banned), used) as phase:
             result = fn(*args, **kwargs)
@@ -196,19 +197,17 @@ def call(fn: Any, *args: Any, banned: tuple[str, ...] = (), lookups: bool = Fals
             phase[0] = "capture"
             result = capture(result)
     except NotImplementedError:
-        raise StudentError("not_implemented") from None
+        error = StudentError("not_implemented")
     except KeyboardInterrupt:  # the cell's time limit
         raise
     except StudentError as err:  # the result is an object of the notebook's (see capture)
-        raise used[0] if used else err from None
+        error = err
     except BaseException as err:  # noqa: B036 - SystemExit too: the check goes on to its record
-        if used:  # e.g. .numpy() on a tensor that requires grad: name what was switched off
-            raise used[0] from None
-        if not recording() and isinstance(err, Exception):
+        if not recording() and isinstance(err, Exception) and not used:
             raise
         name = type(err).__name__
-        raise StudentError("raised", name if name in _BUILTIN_ERRORS else "") from None
-    found = ask_watch()
-    if used or found is not None:
-        raise used[0] if used else found
+        error = StudentError("raised", name if name in _BUILTIN_ERRORS else "")
+    found = ask_watch()  # asked even if the call raised: what it noted belongs to this call
+    if used or found is not None or error is not None:
+        raise (used[0] if used else found if found is not None else error) from None
     return result

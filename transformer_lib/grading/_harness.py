@@ -184,12 +184,12 @@ def _refuse_own_class(kind: type) -> None:
 
 _ROOTS = tuple(sorted({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
                       | {os.path.realpath(p) for p in sys.path if p and ("site-packages" in p or "dist-packages" in p)}
-                      | {os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))}))
+                      | {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}))  # the library
 
 
 def notebook_code(filename: str) -> bool:
     """True for code of the notebook (a cell's file), not of Python, its packages or the library."""
-    return not filename.startswith("<") and not filename.startswith(_ROOTS)
+    return not filename.startswith(("<frozen ", *_ROOTS))  # (code run from a string is the notebook's)
 
 
 _TENSOR = torch._C.TensorBase  # its methods: a class cannot replace them (torch.Tensor's, it can)

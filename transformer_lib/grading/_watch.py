@@ -15,8 +15,8 @@ named :data:`QUERY`: that read raises an audit event in C, which no Python funct
 could replace stands in front of. The hook raises :class:`Tampered` (naming the first finding and
 where it happened) if something was noted since the last question, a namespace is changed or a
 thread of the notebook's is alive. A finding that can reach beyond the current check
-(:data:`STICKY`: the watch's own state through ``gc``, memory through ``ctypes``, code run from
-data, processes) stays: every check after it fails too.
+(:data:`STICKY`: the watch's own state through ``gc``, memory through ``ctypes``, code made from
+bytes, processes) stays: every check after it fails too. Code run from a string is the notebook's.
 
 The hook also holds each check cell's secrets (the seed of its hidden inputs, its record folder and
 the nonce of its record files' names), read from a file the grader wrote, deleted before the first
@@ -39,8 +39,7 @@ EVENTS = {"sys._getframe", "sys._current_frames", "sys._current_exceptions", "sy
 PREFIXES = ("ctypes.", "socket.", "_thread.", "mmap.", "resource.", "signal.", "fcntl.", "winreg.")
 # Findings that can reach what later checks rely on (the watch's own state, other processes' memory, code
 # run from data): every check after them fails. Any other finding fails the check it happened in (or before).
-STICKY = {"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.addaudithook", "exec", "compile",
-          "code.__new__", "function.__new__", "marshal.loads", "pickle.find_class", "os.system", "os.fork", "os.forkpty",
+STICKY = {"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.addaudithook", "code.__new__", "function.__new__", "marshal.loads", "pickle.find_class", "os.system", "os.fork", "os.forkpty",
           "os.posix_spawn", "os.spawn", "os.exec", "subprocess.Popen", "pty.spawn", "cpython.run_command"}
 # Events noted when code of the notebook is anywhere on the stack: what changes files (through any library).
 CHANGES = {"os.remove", "os.rename", "os.symlink", "os.link", "os.truncate", "shutil.copyfile", "shutil.rmtree",
@@ -148,7 +147,7 @@ def install(roots: tuple[str, ...], checks: tuple[str, ...], secrets_file: str) 
               os.path.join(tempfile.gettempdir(), "torchinductor_"))
 
     def notebook(filename: str) -> bool:
-        return not filename.startswith(("<", *roots)) and os.path.basename(filename) not in checks
+        return not filename.startswith(("<frozen ", *roots)) and os.path.basename(filename) not in checks
 
     def where(frame) -> tuple[int, str]:  # noqa: ANN001
         while frame is not None and not notebook(frame.f_code.co_filename):
