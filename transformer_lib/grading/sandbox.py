@@ -82,9 +82,13 @@ def kernel_library() -> str:
     folder = Path(tempfile.mkdtemp(prefix="grading-library-"))
     atexit.register(shutil.rmtree, folder, True)
     copy = folder / "transformer_lib"
-    shutil.copytree(_package(), copy, ignore=shutil.ignore_patterns("*.pyc", "__pycache__"))
+    shutil.copytree(_package(), copy)  # with the compiled files: those of unchanged modules stay valid
     for name in JUDGES_ONLY:
         (copy / "grading" / name).unlink(missing_ok=True)
+        for compiled in (copy / "grading" / "__pycache__").glob(f"{name[:-3]}.*.pyc"):
+            compiled.unlink()
+    for compiled in (copy / "grading" / "checks" / "__pycache__").glob("ch[0-9]*.pyc"):
+        compiled.unlink()  # compiled from the whole module: the judges are in it
     for path in (copy / "grading" / "checks").glob("ch[0-9]*.py"):
         text = path.read_text(encoding="utf-8")
         path.write_text(text[:text.index(JUDGING_LINE)] if JUDGING_LINE in text else text, encoding="utf-8")
