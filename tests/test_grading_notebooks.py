@@ -2,8 +2,9 @@
 
 Per notebook one grading run takes the instructor version handed in as a student would (full
 marks), the released student version (zero), and the attacks of ``submissions/attacks.py`` and
-``submissions/attacks_runtime.py`` on that chapter: each scores 0 on the checks it attacks and exactly the honest points elsewhere, and the class
-report lists the submissions whose code the grader refused. Without a working bubblewrap these tests
+``submissions/attacks_runtime.py`` on that chapter: each scores 0 on the checks it attacks and
+exactly the honest points elsewhere, and the class report lists the submissions whose code the
+grader refused. Without a working bubblewrap these tests
 are skipped, unless GRADING_SANDBOX_REQUIRED=1 (as in CI).
 """
 from __future__ import annotations

@@ -181,9 +181,10 @@ def install(roots: tuple[str, ...], checks: tuple[str, ...], secrets_file: str) 
         fresh, seen[0] = found[seen[0]:], len(found)
         hit = next((f[:3] for f in found if f[3]), None) or (fresh[0][:3] if fresh else None) or changed()
         if hit is None:
-            for ident, frame in sys._current_frames().items():
-                if ident not in threads and ident != threading.get_ident():
-                    hit = ("a thread started by the notebook is running", *where(frame))
+            for ident, frame in sys._current_frames().items():  # a thread that runs code of the notebook's
+                line, text = where(frame) if ident not in threads and ident != threading.get_ident() else (0, "")
+                if line:
+                    hit = ("a thread started by the notebook is running", line, text)
                     break
         if hit is not None:
             what, line, text = hit

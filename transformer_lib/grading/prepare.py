@@ -210,7 +210,7 @@ def _grading_kernel_checks(folder: str, name: str, files: tuple[str, ...], cut: 
         for key in modules:
             sys.modules.pop(key, None)
     modules[f"{name}._calls"]._OWN.update(id(m.__dict__) for m in modules.values())
-    box: list = []
+    box: list = []  # the secrets
 
     def _grading_watch_secrets(cell: str = cell, box: list = box) -> None:
         return None
@@ -219,6 +219,8 @@ def _grading_kernel_checks(folder: str, name: str, files: tuple[str, ...], cut: 
     if box and box[0] is None:
         raise RuntimeError("the inputs of this check cell were asked for before it ran")
     modules[f"{name}._harness"].configure(box[0] if box else None)
+    calls, found = modules[f"{name}._calls"], modules[f"{name}._calls"].ask_watch()  # noted in this exercise's cells
+    calls._PENDING[:] = modules[f"{name}._harness"]._PENDING[:] = [found] if found is not None else []
     return module
 
 
