@@ -202,7 +202,8 @@ def _harm(nb):
     return _labelled(nb)
 
 
-# name: (build, the checks it scores 0 on, what the class report says of it, each in a row with cell and line)
+# name: (build, the checks it scores 0 on, what the class report says of it, each in a row with cell and line;
+# where the grader's reading refuses a line the watch noted too, the report lists the line once)
 CHAPTER_2 = {
     "rebind_detach": (_solved({"stable_softmax": REBIND_DETACH}), LATER, ["torch.Tensor.detach was replaced"]),
     "lazy_subclass_judge_import": (
@@ -212,11 +213,10 @@ CHAPTER_2 = {
     "cross_entropy_softmax": (_solved({"stable_softmax": CROSS_ENTROPY}), {"check_stable_softmax"},
                               ["aten._log_softmax"]),
     "logcumsumexp_softmax": (_solved({"stable_softmax": LOGCUMSUMEXP}), {"check_stable_softmax"}, ["logcumsumexp"]),
-    "forged_records": (_solved({"stable_softmax": FORGED_RECORDS}), {"check_stable_softmax"}, ["wrote a file"]),
+    "forged_records": (_solved({"stable_softmax": FORGED_RECORDS}), {"check_stable_softmax"}, ["savez"]),
     "seed_table": (_before("stable_softmax", SEED_TABLE, {"stable_softmax": TABLE_LOOKUP}), {"check_stable_softmax"},
                    ["environ"]),
-    "ask_the_watch": (_before("permuted_mask", ASK_THE_WATCH), {"check_permuted_mask"},
-                      ["asked for a check cell's inputs"]),
+    "ask_the_watch": (_before("permuted_mask", ASK_THE_WATCH), {"check_permuted_mask"}, ["__code__"]),
     "harm": (_harm, {"check_permuted_mask"}, ["savez_compressed", "wrote a file (open big.npy)", "open(",
                                               "onerror=alert"]),
 }
