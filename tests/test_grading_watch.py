@@ -142,3 +142,12 @@ def test_the_kernel_s_watch_hands_each_cell_s_secrets_out_once_and_notes_tamperi
     assert report["after_asking"] == "the notebook's code asked for a check cell's inputs" and report["again"] == "None"
     assert report["loader"] == [{"seed": "s", "nonce": "n", "record": "/r"}] and report["loader_again"] == [None]
     assert report["rebound"] == ["torch.Tensor.detach was replaced", 2]
+
+
+def test_work_sent_to_torch_s_own_threads_is_noticed():
+    def softmax_elsewhere(x):
+        return torch.jit.wait(torch.jit.fork(torch.softmax, x, -1))  # torch's inter-op pool: no Python thread
+
+    with pytest.raises(StudentError) as err:
+        call(softmax_elsewhere, torch.ones(3), banned=("softmax",))
+    assert err.value.code == "thread"

@@ -141,6 +141,8 @@ def _watch_calls(banned: tuple[str, ...], used: list[StudentError]) -> Iterator[
                                           f"{frame.f_code.co_name}", frame))
         elif event == "c_call" and any(fragment in getattr(arg, "__name__", "") for fragment in banned):
             used.append(_noted("banned", arg.__name__, frame))
+        elif event == "c_call" and getattr(arg, "__name__", "") in ("fork", "_fork"):  # torch.jit.fork: another thread
+            used.append(_noted("thread", frame=frame))
     previous = sys.getprofile()
     sys.setprofile(hook)
     threading.setprofile(hook)
