@@ -41,7 +41,8 @@ PREFIXES = ("ctypes.", "socket.", "_thread.", "mmap.", "resource.", "signal.", "
 # run from data): every check after them fails. Any other finding fails the check it happened in (or before).
 STICKY = {"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys.addaudithook", "code.__new__", "function.__new__", "marshal.loads", "pickle.find_class", "os.system", "os.fork", "os.forkpty",
           "os.posix_spawn", "os.spawn", "os.exec", "subprocess.Popen", "pty.spawn", "cpython.run_command"}
-# Events noted when code of the notebook is anywhere on the stack: what changes files (through any library).
+# Events noted when code of the notebook is anywhere on the stack: what changes files (through any library);
+# also every ``socket.*`` event and every ``open`` to write.
 CHANGES = {"os.remove", "os.rename", "os.symlink", "os.link", "os.truncate", "shutil.copyfile", "shutil.rmtree",
            "shutil.move"}
 PASSING = {"interactiveshell.py", "pathlib.py", "codecs.py", "_compression.py", "gzip.py", "bz2.py", "lzma.py"}
@@ -212,8 +213,8 @@ def install(roots: tuple[str, ...], checks: tuple[str, ...], secrets_file: str) 
             finally:
                 audit_busy.on = False
             return
-        writes = event in CHANGES or event == "open" and len(args) > 2 and _writes(args[1], args[2]) \
-            and not str(args[0]).startswith(caches)
+        writes = event in CHANGES or event.startswith("socket.") or event == "open" and len(args) > 2 \
+            and _writes(args[1], args[2]) and not str(args[0]).startswith(caches)
         if event not in EVENTS and not writes and not event.startswith(PREFIXES):
             return
         if event == "import" and (not args or str(args[0]).partition(".")[0] not in MODULES):
@@ -225,8 +226,9 @@ def install(roots: tuple[str, ...], checks: tuple[str, ...], secrets_file: str) 
                 frame = frame.f_back  # IPython's open, pathlib's: the caller opened the file
             if writes and not notebook(frame.f_code.co_filename):
                 line, text = where(frame)
-                if line:  # a library writes a file for the notebook's code (ndarray.dump, torch.save, …)
-                    found.append((f"the notebook's code wrote a file ({event} {str(args[0])[:80]})", line, text, False))
+                if line:  # a library writes a file or connects for the notebook's code (ndarray.dump, socket, …)
+                    what = "connected" if event.startswith("socket.") else "wrote a file"
+                    found.append((f"the notebook's code {what} ({event} {str(args[0])[:80]})", line, text, False))
             elif notebook(frame.f_code.co_filename):
                 detail = f" ({args[1]})" if event.startswith("object.") and len(args) > 1 else ""
                 detail = f" ({args[0]})" if event == "import" and args else detail
