@@ -116,12 +116,14 @@ def test_scores_per_check(graded):
 
 def test_refused_code_still_runs_and_is_judged_for_the_record(graded):
     """forged_events and daemons use what the grader refuses (before the first exercise: every check scores
-    0); their notebooks ran all the same, and every check would otherwise have passed."""
+    0); their notebooks ran all the same, and every check passed but for what the kernel's watch noted (the
+    daemons' fork: from there on, no check can trust the kernel)."""
     _, _, out, _, _ = graded
     for name in ("forged_events", "daemons"):
         tests = json.loads((out / name / "results.json").read_text(encoding="utf-8"))["tests"]
         assert all(t["score"] == 0 and "the grader refuses" in t["output"]
-                   and "(judged without regard to that: passed)" in t["output"] for t in tests), (name, tests)
+                   and ("(judged without regard to that: passed)" in t["output"]
+                        or "the grader's watch noted" in t["output"]) for t in tests), (name, tests)
     monkeypatched = json.loads((out / "monkeypatch_checks" / "results.json").read_text(encoding="utf-8"))["tests"]
     assert all("from transformer_lib.grading import checks as _c" in t["output"] for t in monkeypatched)
 
@@ -137,7 +139,8 @@ def test_results_json_is_gradescope_format(graded):
     expected, _, out, _, _ = graded
     for name in expected:
         data = json.loads((out / name / "results.json").read_text(encoding="utf-8"))
-        assert set(data) == {"score", "output", "tests"} and data["score"] == expected[name][0]
+        assert set(data) == {"score", "output", "output_format", "test_output_format", "tests"}
+        assert data["score"] == expected[name][0] and data["output_format"] == "text"  # shown as it is
         assert [t["name"] for t in data["tests"]] == GRADE_IDS
         for t in data["tests"]:
             assert set(t) == {"name", "score", "max_score", "status", "output", "visibility"}

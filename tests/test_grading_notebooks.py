@@ -1,10 +1,11 @@
 """Every exercise notebook graded as an instructor grades it: through the command line, sandboxed.
 
 Per notebook one grading run takes the instructor version handed in as a student would (full
-marks), the released student version (zero), and the attacks of ``submissions/attacks.py`` and
-``submissions/attacks_static.py`` on that chapter: each scores 0 on the checks it attacks and exactly
-the honest points elsewhere, and the class report lists the submissions whose code the grader refused
-(for those of ``attacks_static.py``, with the cell and line of the refused code). Without a working bubblewrap these tests
+marks), the released student version (zero), and the attacks of ``submissions/attacks.py``,
+``submissions/attacks_static.py`` and ``submissions/attacks_runtime.py`` on that chapter: each scores 0
+on the checks it attacks and exactly the honest points elsewhere, and the class report lists the
+submissions whose code the grader refused (for those of ``attacks_static.py``, with the cell and line of
+the refused code). Without a working bubblewrap these tests
 are skipped, unless GRADING_SANDBOX_REQUIRED=1 (as in CI).
 """
 from __future__ import annotations
@@ -19,15 +20,14 @@ import sys
 import pytest
 
 from repo_paths import REPO
-from submissions import attacks_static
-from submissions.attacks import ATTACKS as RUNTIME_ATTACKS
+from submissions import attacks, attacks_runtime, attacks_static
 from submissions.helpers import as_handed_in, substitute
 from transformer_lib.grading import sandbox
 from transformer_lib.grading.notebook import check_cells, dumps, grade_id, read, release
 
-ATTACKS = {stem: {**RUNTIME_ATTACKS.get(stem, {}), **{name: (edit, attacked) for name, (edit, attacked, _) in
-                                                     attacks_static.ATTACKS.get(stem, {}).items()}}
-           for stem in {*RUNTIME_ATTACKS, *attacks_static.ATTACKS}}
+ATTACKS = {stem: {**attacks.ATTACKS.get(stem, {}), **attacks_runtime.ATTACKS.get(stem, {}),
+                  **{name: (edit, attacked) for name, (edit, attacked, _) in attacks_static.ATTACKS.get(stem, {}).items()}}
+           for stem in {*attacks.ATTACKS, *attacks_runtime.ATTACKS, *attacks_static.ATTACKS}}
 STEMS = sorted(p.stem for p in (REPO / "exercises" / "source").glob("*.ipynb"))
 WHY = sandbox.probe()
 if WHY is not None and os.environ.get("GRADING_SANDBOX_REQUIRED") == "1":

@@ -91,10 +91,12 @@ def test_feedback_never_shows_text_the_kernel_made_up():
 
 
 def test_the_kernel_gets_a_minimal_environment(monkeypatch):
+    """Neither the record folder nor the seed: they reach the check cells alone, through the watch."""
     monkeypatch.setenv("GRADER_ONLY_SECRET", "x")
-    env = kernel_env("/records", "tok")
+    monkeypatch.setenv(SEED_ENV, "the grading seed")
+    env = kernel_env("tok")
     assert "GRADER_ONLY_SECRET" not in env and env["PATH"] == os.environ["PATH"]
-    assert (env[RECORD_ENV], env[TOKEN_ENV], env[SEED_ENV], env["HF_HUB_OFFLINE"]) == ("/records", "tok", "", "1")
+    assert (env[TOKEN_ENV], env["HF_HUB_OFFLINE"]) == ("tok", "1") and RECORD_ENV not in env and SEED_ENV not in env
 
 
 def test_kill_tagged_kills_only_the_processes_with_the_token():

@@ -142,13 +142,17 @@ def test_what_the_grader_allows_earns_its_points(sandboxed, name):
 @pytest.mark.parametrize("name", ["read_instructor", "read_other", "connect", "write_outside", "signal_grader",
                                   "fork_bomb"])
 def test_each_attack_fails_in_the_sandbox(sandboxed, name):
-    """Refused (2.2 scores 0) but run: stopped by the sandbox, so 2.2's check itself passes."""
+    """Refused (2.2 scores 0) but run: stopped by the sandbox. Judged all the same, 2.2's check fails only
+    because the kernel's watch noted the attack (a fork: from there on no check trusts the kernel, so the
+    fork bomb keeps only the 4 points of 2.1)."""
     returncode, _, stderr, out = sandboxed
     assert returncode == 0, stderr[-3000:]
     row = _rows(out)[name]
-    assert (row["total"], row["check_stable_softmax"], row["notes"]) == (str(FULL - 2), "0", ""), row
+    total = 4 if name == "fork_bomb" else FULL - 2
+    assert (row["total"], row["check_stable_softmax"], row["notes"]) == (str(total), "0", ""), row
     message = _softmax_message(out, name)
-    assert "the grader refuses" in message and message.endswith("(judged without regard to that: passed)"), message
+    assert "the grader refuses" in message and "(judged without regard to that: stable_softmax(x, dim): the " \
+        "grader's watch noted code of this notebook" in message, message
 
 
 @needs_bwrap

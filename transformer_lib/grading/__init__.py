@@ -3,7 +3,9 @@
 A grading run reads in one direction: prepare → run → judge → report.
 
 - ``checks``    the check functions exercise notebooks call (``checks.check_stable_softmax(f)``),
-  each with a kernel half and a judge; their helpers ``_harness`` (kernel) and ``_judging``
+  each with a kernel half and a judge; their helpers ``_harness`` and ``_calls`` (kernel: inputs,
+  records, the watch around a call) and ``_judging``; ``_watch``, the watch a graded kernel
+  carries from its start (and which holds each check cell's seed and record names)
 - ``notebook``  nbgrader cell roles and markers; ``release`` writes the student versions
 - ``prepare``   restores the instructor's check cells and gives them the checks' kernel half
 - ``rules``, ``costs``  the grader's reading of a submission's code: the constructs it refuses, and
@@ -15,7 +17,8 @@ A grading run reads in one direction: prepare → run → judge → report.
   process has imported torch once and forks each submission's worker and kernel
 - ``records``   what a check cell recorded, read back as hostile data
 - ``judge``     verdicts from the records, in the grader's process
-- ``grade``, ``report``  the grading run and the reports (grades.csv, results.json, feedback.md)
+- ``grade``, ``report``  the grading run and the reports (grades.csv, results.json, feedback.md);
+  ``escaping``: a submission's text in them, capped and shown as it is
 - ``classreport``  the class report of a grading run (class_report.md, class_report.csv)
 - ``check``     the pre-submit check: a student's notebook run as the grader will, visible checks only
 - ``bench``     times the grading of 20 submissions
@@ -27,4 +30,4 @@ Command line: ``python -m transformer_lib.grading release`` and
 """
 
 __all__ = ["checks", "notebook", "prepare", "rules", "costs", "worker", "runner", "procs", "sandbox", "slots", "zygote", "forking",
-           "records", "judge", "grade", "report", "classreport", "check", "bench", "gradescope"]
+           "records", "judge", "grade", "report", "escaping", "classreport", "check", "bench", "gradescope"]

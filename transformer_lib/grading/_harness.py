@@ -2,37 +2,41 @@
 
 A check has two halves (see :mod:`transformer_lib.grading.checks`). This module serves the half
 that runs in the student's kernel. :func:`run_check` calls the student's function on each input
-(a *case*) through :func:`call` and keeps what comes back, converted by :func:`capture` into
-plain data. Then:
+(a *case*) through :func:`~transformer_lib.grading._calls.call`, which returns what came back
+converted by :func:`capture` into plain data. Then:
 
-- **under grading** (``TRANSFORMER_LIB_GRADING_RECORD_DIR`` set), it only writes the cases and
-  outcomes to a record file (:func:`write`); the grader judges them. Nothing here compares or
-  knows an expected value;
+- **under grading**, it only writes the cases and outcomes to a record file (:func:`write`); the
+  grader judges them. Nothing here compares or knows an expected value;
 - **while a student works**, it judges at once with the check's judge and raises
   :class:`CheckFailed` naming the misconception, or prints one ``✓`` line.
 
-Hidden cases are drawn from :func:`hidden_generator`, seeded for each grading run
-(``TRANSFORMER_LIB_GRADING_SEED``), the same in the instructor's run.
+Hidden cases are drawn from :func:`hidden_generator`, seeded for each grading run and check cell,
+the same in the instructor's run. Under grading the seed, the record folder and the names of the
+record files reach the check cell alone: its loader asks the kernel's watch for them
+(:func:`configure`, :mod:`~transformer_lib.grading._watch`), which hands each cell's out once,
+so that no code of the notebook holds them before the check runs. (``TRANSFORMER_LIB_GRADING_*``
+in the environment stand in for them where checks are run in-process, by the course's tests.)
 """
 from __future__ import annotations
 
 import builtins
-import contextlib
 import hashlib
 import json
+import linecache
 import os
 import sys
-import threading
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 import torch
-from torch.overrides import TorchFunctionMode
 
 RECORD_ENV = "TRANSFORMER_LIB_GRADING_RECORD_DIR"
 SEED_ENV = "TRANSFORMER_LIB_GRADING_SEED"
 TOKEN_ENV = "TRANSFORMER_LIB_GRADING_TOKEN"  # set by the grader for each kernel it starts (to find its processes)
 MAX_RECORDED = 100_000  # numbers kept of one value the student's code returns
+MAX_ITEMS = 20_000  # list items and dict entries kept of one value
+_GRADING: dict[str, Any] = {}  # record, seed, nonce: set by the check cell's loader under grading
+_PENDING: list[Any] = []  # what the kernel's watch noted before this check cell (a StudentError; set by the loader)
 _BUILTIN_ERRORS = {name for name, value in vars(builtins).items()
                    if isinstance(value, type) and issubclass(value, BaseException)}
 
@@ -53,11 +57,24 @@ class StudentError(Exception):
     def __init__(self, code: str, detail: str = "") -> None:
         super().__init__(code, detail)
         self.code, self.detail = code, detail
+        self.where: tuple[int, str] = (0, "")  # line and text of the notebook's code that did it
+
+
+def configure(secrets: dict[str, str] | None) -> None:
+    """Record under grading, with the check cell's ``secrets`` (``record``: the folder, ``seed``:
+    of its hidden inputs, ``nonce``: the start of its record files' names). Called by the loader."""
+    if secrets:
+        _GRADING.update(record=str(secrets["record"]), seed=str(secrets["seed"]), nonce=str(secrets["nonce"]), seq=0)
+
+
+def watched() -> bool:
+    """True in a check cell the grader runs, whose secrets came from the kernel's watch."""
+    return bool(_GRADING)
 
 
 def recording() -> bool:
     """True in a kernel the grader runs: the checks record, and judge nothing."""
-    return bool(os.environ.get(RECORD_ENV))
+    return bool(_GRADING or os.environ.get(RECORD_ENV))
 
 
 # ---------------------------------------------------------------- inputs
@@ -70,7 +87,8 @@ def seeded(seed: int, *shape: int, scale: float = 1.0) -> torch.Tensor:
 def hidden_generator(check: str, hidden: int) -> torch.Generator:
     """The generator of the hidden cases of ``check`` (call number ``hidden`` in a cell), seeded from the
     grading run's seed: new inputs for every grading run, the same in the instructor's run."""
-    key = f"{os.environ.get(SEED_ENV, '0')}/{check}/{int(hidden)}".encode()
+    seed = _GRADING["seed"] if _GRADING else os.environ.get(SEED_ENV, "0")
+    key = f"{seed}/{check}/{int(hidden)}".encode()
     return torch.Generator().manual_seed(int.from_bytes(hashlib.sha256(key).digest()[:8], "big") >> 1)
 
 
@@ -110,133 +128,74 @@ def typename(value: Any) -> str:
     return kind.__name__ if known else "an object"
 
 
-def capture(value: Any, depth: int = 0) -> Any:
+def capture(value: Any, depth: int = 0, budget: list[int] | None = None) -> Any:
     """``value`` as plain data to record: tensors (detached, on the CPU, dtype kept) and NumPy
     arrays of numbers, Python numbers, bools, strings of at most 100 characters, None, lists of
-    those (tuples become lists); anything else becomes an :class:`Opaque` description."""
-    if isinstance(value, torch.Tensor):
-        if value.is_complex() or value.dtype not in _DTYPES:
+    those (tuples become lists) and dicts of them with string keys. Only these exact types are read
+    (with torch's and NumPy's own methods, never one a class could override): a subclass, or any
+    other object, becomes an :class:`Opaque` description."""
+    budget = [MAX_ITEMS] if budget is None else budget
+    kind = type(value)
+    if kind is torch.Tensor or kind is torch.nn.Parameter:
+        if _TENSOR.is_complex(value) or value.dtype not in _DTYPES:
             return Opaque(f"a tensor of dtype {value.dtype}")
-        if value.numel() > MAX_RECORDED:
-            return Opaque(f"a tensor of {value.numel()} numbers, too many to record")
-        return value.detach().cpu().as_subclass(torch.Tensor).clone()
-    if isinstance(value, np.ndarray) or isinstance(value, np.generic):
-        arr = np.asarray(value)
+        if _TENSOR.numel(value) > MAX_RECORDED:
+            return Opaque(f"a tensor of {_TENSOR.numel(value)} numbers, too many to record")
+        return _TENSOR.clone(_TENSOR.cpu(_TENSOR.detach(value))).as_subclass(torch.Tensor)
+    if kind is np.ndarray or kind in _NUMPY_SCALARS:
+        arr = np.array(value, copy=True, subok=False)
         if arr.dtype.kind not in "biuf":
             return Opaque(f"a NumPy array of dtype {arr.dtype}")
-        return arr.copy() if arr.size <= MAX_RECORDED else Opaque("a NumPy array too large to record")
-    if value is None or isinstance(value, (bool, int, float)):
-        if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 2**63:
+        return arr if arr.size <= MAX_RECORDED else Opaque("a NumPy array too large to record")
+    if value is None or kind is bool or kind is int or kind is float:
+        if kind is int and abs(value) >= 2**63:
             return float(value)
         return value
-    if isinstance(value, str):
+    if kind is str:
         return value[:100]
-    if isinstance(value, (list, tuple)) and depth < 4:
-        if len(value) > 1000:
-            return Opaque(f"a {type(value).__name__} of {len(value)} items, too many to record")
-        return [capture(v, depth + 1) for v in value]
+    if (kind is list or isinstance(value, tuple) and (kind is tuple or kind.__module__ == "torch.return_types")) \
+            and depth < 4:
+        budget[0] -= len(value)
+        if len(value) > 1000 or budget[0] < 0:
+            return Opaque(f"a {kind.__name__} of {len(value)} items, too many to record")
+        items = tuple.__iter__(value) if kind is not list else list.__iter__(value)
+        return [capture(v, depth + 1, budget) for v in items]
+    if kind is torch.Size:
+        return [int(n) for n in tuple.__iter__(value)]
+    if kind is dict and depth < 4 and all(type(k) is str for k in dict.keys(value)):
+        budget[0] -= len(value)
+        if len(value) > 1000 or budget[0] < 0:
+            return Opaque(f"a dict of {len(value)} entries, too many to record")
+        return {k[:100]: capture(v, depth + 1, budget) for k, v in dict.items(value)}
+    _refuse_own_class(kind)
     return Opaque(typename(value))
 
 
+def _refuse_own_class(kind: type) -> None:
+    """Raise StudentError ``capture`` if ``kind`` (or a class it derives from) is the notebook's: a
+    result must be plain data, not an object whose methods the notebook wrote."""
+    for cls in type.mro(kind):
+        for member in dict(cls.__dict__).values():
+            code = member.__code__ if type(member) is type(_refuse_own_class) else None
+            if code is not None and notebook_code(code.co_filename):
+                err = StudentError("capture", f"an object of the notebook's class {cls.__name__[:40]}")
+                err.where = (code.co_firstlineno, linecache.getline(code.co_filename, code.co_firstlineno).strip()[:200])
+                raise err
+
+
+_ROOTS = tuple(sorted({os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}
+                      | {os.path.realpath(p) for p in sys.path if p and ("site-packages" in p or "dist-packages" in p)}
+                      | {os.path.dirname(os.path.dirname(os.path.abspath(__file__)))}))  # the library
+
+
+def notebook_code(filename: str) -> bool:
+    """True for code of the notebook (a cell's file), not of Python, its packages or the library."""
+    return not filename.startswith(("<frozen ", *_ROOTS))  # (code run from a string is the notebook's)
+
+
+_TENSOR = torch._C.TensorBase  # its methods: a class cannot replace them (torch.Tensor's, it can)
+_NUMPY_SCALARS = frozenset(t for t in np.sctypeDict.values() if isinstance(t, type))
 _DTYPES = {torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.bool}
-
-
-# ---------------------------------------------------------------- the watch
-
-_LIBRARY = f"{os.sep}transformer_lib{os.sep}"  # the course library's files (the grading package excepted)
-_GRADING = f"{_LIBRARY}grading{os.sep}"
-_LOOKUPS = {"embedding", "embedding_bag", "index_select", "gather", "take", "take_along_dim",
-            "masked_select", "select", "narrow", "unbind", "__iter__", "split", "chunk", "tensor_split",
-            "unsafe_split", "unsafe_chunk", "split_with_sizes", "unfold", "as_strided",
-            "numpy", "__array__", "tolist", "item", "__dlpack__"}  # row access, or leaving torch
-
-
-def _looks_up_values(name: str, args: tuple) -> bool:
-    """True for a row lookup (``W_E[ids]``, ``F.embedding``, ``index_select``, ``gather``, ``unbind``,
-    iterating, splitting, …) into a table that is not one-hot, or for taking it out of torch
-    (``.numpy()``, ``.tolist()``): indexing ``torch.eye(C)`` to build one-hot rows is fine."""
-    if name == "__getitem__" and len(args) == 2:
-        parts = args[1] if isinstance(args[1], tuple) else (args[1],)
-        if not any(isinstance(p, (int, list)) or (isinstance(p, torch.Tensor) and not p.is_floating_point())
-                   for p in parts):
-            return False
-        args = args[:1]
-    elif name not in _LOOKUPS:
-        return False
-    return any(isinstance(t, torch.Tensor) and t.is_floating_point() and bool(((t != 0) & (t != 1)).any())
-               for t in args)
-
-
-class _Watch(TorchFunctionMode):
-    """Note the banned torch functions and (optionally) the row lookups a student's function uses."""
-
-    def __init__(self, banned: tuple[str, ...], lookups: bool, used: list[StudentError]) -> None:
-        super().__init__()
-        self.banned, self.lookups, self.used = banned, lookups, used
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
-        name = getattr(func, "__name__", "")
-        if any(fragment in name for fragment in self.banned):
-            self.used.append(StudentError("banned", name))
-        elif self.lookups and _looks_up_values(name, args):
-            self.used.append(StudentError("lookup", name))
-        return func(*args, **(kwargs or {}))
-
-
-@contextlib.contextmanager
-def _watch_calls(banned: tuple[str, ...], used: list[StudentError]) -> Iterator[None]:
-    """Note every call into the course library, every direct call of a ``banned`` torch function
-    (even with torch's function modes switched off), and every thread that runs Python code while
-    the block runs: the hook is set for this thread and for every thread started meanwhile."""
-    main = threading.get_ident()
-
-    def library(frame) -> bool:  # noqa: ANN001
-        path = frame.f_code.co_filename if frame is not None else ""
-        return _LIBRARY in path and _GRADING not in path
-
-    def hook(frame, event, arg):  # noqa: ANN001, ANN202
-        if threading.get_ident() != main:
-            used.append(StudentError("thread"))
-        elif event == "call" and library(frame) and not library(frame.f_back) and frame.f_code.co_name != "<module>":
-            used.append(StudentError("library", f"{os.path.basename(frame.f_code.co_filename)[:-3]}."
-                                                f"{frame.f_code.co_name}"))
-        elif event == "c_call" and any(fragment in getattr(arg, "__name__", "") for fragment in banned):
-            used.append(StudentError("banned", arg.__name__))
-    previous = sys.getprofile()
-    sys.setprofile(hook)
-    threading.setprofile(hook)
-    try:
-        yield
-    finally:
-        if sys.getprofile() is not hook:
-            used.append(StudentError("unwatched"))
-        threading.setprofile(None)
-        sys.setprofile(previous)
-
-
-def call(fn: Any, *args: Any, banned: tuple[str, ...] = (), lookups: bool = False, **kwargs: Any) -> Any:
-    """Call the student's function with the course library, the ``banned`` torch functions and
-    (with ``lookups``) row lookups switched off. Raises :class:`StudentError` when there is nothing
-    to judge; while a student works, an error of their own code is raised as it is, with its
-    traceback."""
-    if not callable(fn):
-        raise StudentError("not_callable", typename(fn))
-    used: list[StudentError] = []
-    try:
-        with _Watch(banned, lookups, used), _watch_calls(banned, used):
-            result = fn(*args, **kwargs)
-    except NotImplementedError:
-        raise StudentError("not_implemented") from None
-    except Exception as err:
-        if used:  # e.g. .numpy() on a tensor that requires grad: name what was switched off
-            raise used[0] from None
-        if not recording():
-            raise
-        name = type(err).__name__
-        raise StudentError("raised", name if name in _BUILTIN_ERRORS else "") from None
-    if used:
-        raise used[0]
-    return result
 
 
 # ---------------------------------------------------------------- records
@@ -269,13 +228,17 @@ def write(folder: str, name: str, cases: list[dict], outs: list[dict], hidden: i
     meta = {"check": name, "hidden": int(hidden),
             "cases": [pack(c, arrays) for c in cases], "outs": [pack(o, arrays) for o in outs]}
     arrays["__meta__"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-    seq = len([f for f in os.listdir(folder) if f.endswith(".npz")])
-    np.savez(os.path.join(folder, f"{seq:03d}-{name}.npz"), **arrays)
+    if _GRADING:  # exactly the names the grader expects of this cell, in order: nonce-000.npz, nonce-001.npz, …
+        path = os.path.join(folder, f"{_GRADING['nonce']}-{_GRADING['seq']:03d}.npz")
+        _GRADING["seq"] += 1
+    else:
+        path = os.path.join(folder, f"{len([f for f in os.listdir(folder) if f.endswith('.npz')]):03d}-{name}.npz")
+    np.savez(path, **arrays)
 
 
 def _capture_case(case: dict) -> dict:
     """A case as data; a function or model in it is left out (the judge rebuilds it from the rest)."""
-    return {k: capture(v) for k, v in case.items() if not callable(v) or isinstance(v, torch.Tensor)}
+    return {k: capture(v) for k, v in case.items() if not callable(v) or type(v) is torch.Tensor}
 
 
 # ---------------------------------------------------------------- one check
@@ -288,12 +251,14 @@ def run_check(name: str, fn: Any, cases: list[dict], run: Callable[[Any, dict], 
     for case in cases:
         try:
             out = run(fn, case)
+            if _PENDING:  # a check that calls nothing of the student's (the values are recorded) fails too
+                raise _PENDING[0]
         except StudentError as err:
-            out = {"error": err.code, "detail": err.detail}
-        outs.append({k: v if k in ("error", "detail") else capture(v) for k, v in out.items()})
+            out = {"error": err.code, "detail": err.detail, "where": list(err.where)}
+        outs.append({k: v if k in ("error", "detail", "where") else capture(v) for k, v in out.items()})
     cases = [_capture_case(c) for c in cases]
     if recording():
-        write(os.environ[RECORD_ENV], name, cases, outs, hidden)
+        write(_GRADING["record"] if _GRADING else os.environ[RECORD_ENV], name, cases, outs, hidden)
         return
     from ._judging import judge_here
 

@@ -69,6 +69,11 @@ _ERRORS = {
               "compute one_hot(ids) @ W_E instead, a matrix product (the point is that it equals the lookup)",
     "thread": "{what} runs code in another thread, which the checks do not allow",
     "unwatched": "{what} switched off the check's watch (sys.setprofile)",
+    "capture": "{what} ran code of its own while the check read its result (a method of a class of yours, or of "
+               "torch's replaced): return plain tensors, arrays, numbers, lists or dicts",
+    "tampered": "{what}: the grader's watch noted code of this notebook doing what no exercise needs (replacing "
+                "torch's or Python's functions, reaching frames or the interpreter, files, threads); this check "
+                "and the ones after it score 0",
     "raised": "your code raised {detail} while the check ran; run the check cell in your notebook to see "
               "the traceback",
 }

@@ -29,7 +29,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from .judge import Check, SubmissionResult
+from .escaping import csv_field, markdown
+from .judge import Check, SubmissionResult, describe
 
 __all__ = ["message_class", "Misconception", "CheckSummary", "summarise", "histogram", "class_report_markdown",
            "write_class_report", "REPORT_FILES"]
@@ -123,8 +124,8 @@ def histogram(totals: list[float], max_score: float) -> list[str]:
 
 
 def _cell(text: str) -> str:
-    """Text that stays inside one Markdown table cell."""
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("`", "'")
+    """Text that stays inside one Markdown table cell, shown as it is."""
+    return markdown(text, _MAX_TEXT + 2)
 
 
 def class_report_markdown(title: str, results: list[SubmissionResult], checks: list[Check],
@@ -159,8 +160,8 @@ def class_report_markdown(title: str, results: list[SubmissionResult], checks: l
                   f"{len(refused)} submission(s) used code the grader refuses; the checks of the exercise it is in, "
                   "and of the exercises after it, scored 0. Worth a look:", "",
                   "| submission | where | construct |", "|---|---|---|"]
-        lines += [f"| {_cell(r.name)} | cell {x.cell + 1}, line {x.line} | {_cell(x.code)} — {_cell(x.reason)} |"
-                  for r in refused for x in r.refused]
+        lines += [f"| {_cell(r.name)} | {_cell(describe(x).partition(': ')[0])} | {markdown(x.code, 120)} — "
+                  f"{markdown(x.reason, 200)} |" for r in refused for x in r.refused]
     for s in summaries:
         lines += ["", f"### `{s.grade_id}` ({_points(s.points)}): {s.passed} of {n} passed", ""]
         if s.misconceptions:
@@ -181,4 +182,4 @@ def write_class_report(out_dir: Path, results: list[SubmissionResult], checks: l
         for s in summarise(results, checks):
             base = [s.grade_id, _fmt(s.points), s.submissions, s.passed]
             for m in s.misconceptions or [Misconception("", 0)]:
-                writer.writerow([*base, m.text, m.count])
+                writer.writerow([*base, csv_field(m.text), m.count])

@@ -21,7 +21,9 @@ import concurrent.futures as cf
 import contextlib
 import re
 import secrets
+import shutil
 import signal
+import tempfile
 import threading
 from pathlib import Path
 from typing import Iterator
@@ -115,12 +117,16 @@ def _reference(instructor, checks: list[Check], package: str, seed: str, cell_ti
 
 def _run_all(prepared: dict[int, object], runs: dict[int, RunResult], jobs: int, cell_timeout: float,
              timeout: float, prefix: str, progress: bool, sandboxed: bool = False,
-             memory: int = MEMORY_BYTES, seed: str = "") -> None:
-    """Run the prepared submissions, ``jobs`` at a time, filling ``runs`` as they finish."""
+             memory: int = MEMORY_BYTES, seed: str = "", reference: dict[str, list[Call]] | None = None,
+             keep: Path | None = None) -> None:
+    """Run the prepared submissions, ``jobs`` at a time, filling ``runs`` as they finish; each keeps
+    as many record files per check cell as the instructor's run (``reference``) wrote, in ``keep``."""
     pool = cf.ThreadPoolExecutor(max_workers=max(1, jobs))
+    expected = {gid: len(calls) for gid, calls in (reference or {}).items()}
     try:
         futures = {pool.submit(run_notebook, nb, cell_timeout, timeout, token_prefix=prefix, sandbox=sandboxed,
-                               memory=memory, seed=seed): i
+                               memory=memory, seed=seed, expected=expected,
+                               keep=keep / str(i) if keep is not None else None): i
                    for i, nb in prepared.items()}
         with tqdm(total=len(futures), desc="grading", unit="nb", disable=not progress) as bar:
             for fut in cf.as_completed(futures):
@@ -160,7 +166,7 @@ def _judge_all(results: list[SubmissionResult], prepared: dict, runs: dict[int, 
                              "(partial report)")
             continue
         try:
-            res.checks, notes = judge_run(runs[i], checks, reference, cell_timeout, timeout, res.costs)
+            res.checks, notes = judge_run(runs[i], checks, reference, cell_timeout, timeout, res.costs, res.cells)
             res.notes += notes
         except Exception as err:  # one submission's bad data never stops the others
             res.checks = zeros(checks, "not graded: the grader could not judge this submission")
@@ -189,6 +195,7 @@ def grade(instructor_path: Path | str, submissions: list[Path | str], out_dir: P
         try:
             nb, res.notes = restore_checks(load_submission(res.path), instructor)
             res.costs = refusals(nb, instructor, banned)
+            res.cells = [c.source if c.cell_type == "code" else "" for c in nb.cells]
             prepared[i] = for_kernel(nb, package)
         except Exception as err:  # never crash on a submission
             if not isinstance(err, SubmissionError):
@@ -198,17 +205,22 @@ def grade(instructor_path: Path | str, submissions: list[Path | str], out_dir: P
     allow_runs()
     runs: dict[int, RunResult] = {}
     reference, got = None, []
-    try:  # 2. run
-        reference = _reference(instructor, checks, package, seed, cell_timeout, timeout, prefix, sandboxed, memory)
-        _run_all(prepared, runs, jobs, cell_timeout, timeout, prefix, progress, sandboxed, memory, seed)
-    except KeyboardInterrupt:
-        got.append(signal.SIGINT)
-    with _signals_deferred(got):
-        kill_tagged(prefix, prefix=True)  # daemons that outlived their kernel, before any report
-        _judge_all(results, prepared, runs, checks, reference, cell_timeout, timeout)  # 3. judge
-        write_reports(Path(out_dir), results, checks)  # 4. report
-        write_class_report(Path(out_dir), results, checks, Path(instructor_path).stem,
-                           sandboxed=sandboxed, seed=seed)
+    keep = Path(tempfile.mkdtemp(prefix="grading-records-"))  # the submissions' records, until judged
+    try:
+        try:  # 2. run
+            reference = _reference(instructor, checks, package, seed, cell_timeout, timeout, prefix, sandboxed, memory)
+            _run_all(prepared, runs, jobs, cell_timeout, timeout, prefix, progress, sandboxed, memory, seed,
+                     reference, keep)
+        except KeyboardInterrupt:
+            got.append(signal.SIGINT)
+        with _signals_deferred(got):
+            kill_tagged(prefix, prefix=True)  # daemons that outlived their kernel, before any report
+            _judge_all(results, prepared, runs, checks, reference, cell_timeout, timeout)  # 3. judge
+            write_reports(Path(out_dir), results, checks)  # 4. report
+            write_class_report(Path(out_dir), results, checks, Path(instructor_path).stem,
+                               sandboxed=sandboxed, seed=seed)
+    finally:
+        shutil.rmtree(keep, ignore_errors=True)
     if got:
         raise GradingInterrupted(results, len(runs) if reference is not None else 0)
     return results

@@ -7,8 +7,11 @@ Nothing the kernel decided is trusted. A check earns its points iff
 - the check's judge (:mod:`transformer_lib.grading._judging`) accepts every outcome on the
   **instructor's** inputs (the inputs of the submission's own records are not used), and on the
   judge's ``compare`` outputs the outcome equals the instructor's;
+- its cell ran to its end without an error;
 - the grader's reading of the source refused nothing that costs it its points
-  (:mod:`~transformer_lib.grading.rules`).
+  (:mod:`~transformer_lib.grading.rules`), and the watch in the kernel noted nothing (a banned
+  function, code run while the result was read, a namespace of torch's changed, …: the outcome
+  says so, with the line of the notebook's code it happened on, which :func:`caught` finds).
 
 The message of a failure on a hidden test names the misconception only (:func:`~transformer_lib.
 grading._judging.render`). Notes say what happened to the run (time limits, the kernel dying,
@@ -18,8 +21,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Sequence
 
 from ._harness import _BUILTIN_ERRORS, CheckFailed
+from .escaping import cap
 from ._judging import render, verdict
 from .records import Call
 from .rules import Refusal
@@ -49,6 +54,7 @@ class SubmissionResult:
     checks: list[CheckResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     costs: dict[str, list[Refusal]] = field(default_factory=dict)  # grade_id -> refused constructs
+    cells: list[str] = field(default_factory=list, repr=False)  # the code cells' sources, to place the watch's notes
 
     @property
     def refused(self) -> list[Refusal]:
@@ -65,19 +71,27 @@ class SubmissionResult:
         return sum(c.max_score for c in self.checks)
 
 
+def describe(refusal: Refusal) -> str:
+    """A refused construct in words, its code (the student's text) capped."""
+    where = f"cell {refusal.cell + 1}" if refusal.cell >= 0 else "a cell"
+    return f"{where}, line {refusal.line}: `{cap(refusal.code, 120)}` — {cap(refusal.reason, 200)}"
+
+
 def zeros(checks: list[Check], message: str) -> list[CheckResult]:
     """Every check scored 0 with the same message."""
     return [CheckResult(c.grade_id, 0.0, c.points, message) for c in checks]
 
 
 def cell_name(index: int, label: str | None) -> str:
-    return f"cell {index}" + (f" ({label})" if label else "")
+    return f"cell {index}" + (f" ({cap(label, 40)})" if label else "")
 
 
 def stop_reason(run: RunResult, timeout: float) -> str:
     """Why a check cell of ``run`` has no result, in words for the student (shared with ``check``)."""
     if run.out_of_memory:
         return "the notebook used more memory than allowed and was stopped"
+    if run.out_of_disk:
+        return "the notebook wrote more to the grader's disk than allowed and was stopped"
     if run.killed:
         return f"the notebook ran longer than {timeout:g} s and was stopped"
     if run.dead_at is not None:
@@ -96,7 +110,34 @@ def cell_error(ename: str) -> str:
             "your notebook to see the traceback")
 
 
-def judge_calls(got: list[Call], expected: list[Call], compare: bool = True) -> str | None:
+RUNTIME = {"banned", "library", "lookup", "thread", "unwatched", "capture", "tampered"}  # what the watch notes
+_RUNTIME_REASONS = {"banned": "calls {detail}, which this exercise switches off", "library": "calls the course library "
+                    "({detail})", "lookup": "looks rows up ({detail})", "thread": "runs code in another thread",
+                    "unwatched": "switches the check's watch off",
+                    "capture": "runs code of its own while the check reads the result", "tampered": "{detail}"}
+
+
+def caught(calls: Sequence[Call | None], cells: list[str]) -> list[Refusal]:
+    """What the watch in the kernel noted in these calls, each as a refused construct at the cell
+    (of ``cells``, the submission's sources) and line where it happened, once per place."""
+    found: dict[tuple[int, int], Refusal] = {}
+    for call in calls:
+        for out in (call.outs if call is not None else []):
+            code = out.get("error")
+            if code not in RUNTIME:
+                continue
+            where = out.get("where") if isinstance(out.get("where"), list) else []
+            line = where[0] if where and type(where[0]) is int else 0
+            text = where[1].strip()[:200] if len(where) > 1 and isinstance(where[1], str) else ""
+            cell = next((i for i, source in enumerate(cells) if text and 0 < line <= len(source.splitlines())
+                         and source.splitlines()[line - 1].strip() == text), -1)
+            detail = out.get("detail") if isinstance(out.get("detail"), str) else ""
+            reason = "noted at run time: " + _RUNTIME_REASONS[code].format(detail=detail[:200])
+            found.setdefault((cell, line), Refusal(cell, line, text or "(code the grader could not place)", reason))
+    return list(found.values())
+
+
+def judge_calls(got: Sequence[Call | None], expected: list[Call], compare: bool = True) -> str | None:
     """None if the recorded calls ``got`` pass every judge on the inputs of ``expected`` (the
     instructor's calls; with ``compare``, also equal to its outcomes where the judge says), else the
     message a student reads."""
@@ -115,8 +156,9 @@ def judge_calls(got: list[Call], expected: list[Call], compare: bool = True) -> 
 
 
 def judge_run(run: RunResult, checks: list[Check], reference: dict[str, list[Call]], cell_timeout: float,
-              timeout: float, costs: dict[str, list[Refusal]] | None = None) -> tuple[list[CheckResult], list[str]]:
-    """Per-check results and notes of one run."""
+              timeout: float, costs: dict[str, list[Refusal]] | None = None,
+              cells: list[str] | None = None) -> tuple[list[CheckResult], list[str]]:
+    """Per-check results and notes of one run; what the watch noted is added to ``costs``."""
     notes: list[str] = []
     events = {e["grade_id"]: e for e in run.cells if e["grade_id"]}
     for e in run.cells:
@@ -126,7 +168,7 @@ def judge_run(run: RunResult, checks: list[Check], reference: dict[str, list[Cal
         if e["truncated"]:
             notes.append(f"the output of {name} was cut to its first {len(e['output'])} characters")
     stop = stop_reason(run, timeout)
-    if run.killed or run.out_of_memory or run.dead_at is not None:
+    if run.killed or run.out_of_memory or run.out_of_disk or run.dead_at is not None:
         notes.append(f"{stop}; the checks after it were not run and score 0")
     if run.worker_error:
         notes.append(run.worker_error)
@@ -140,11 +182,15 @@ def judge_run(run: RunResult, checks: list[Check], reference: dict[str, list[Cal
         else:
             calls = run.records.get(check.grade_id, [])
             failure = judge_calls(calls, reference[check.grade_id])
-            if failure is not None and event["status"] != "ok" and len(calls) < len(reference[check.grade_id]):
+            if event["status"] != "ok":  # a cell that did not finish: its records may not all be its own
                 failure = cell_error(event["ename"])
+            if costs is not None:  # what the watch noted, where the grader's reading refused nothing
+                known = {(r.cell, r.line) for r in costs.get(check.grade_id, [])}
+                costs[check.grade_id] = costs.get(check.grade_id, []) + [
+                    r for r in caught(calls, cells or []) if (r.cell, r.line) not in known]
         refused = (costs or {}).get(check.grade_id, [])
         if refused:  # judged all the same, so that the student (and the instructor) see what it did
-            message = (f"0 points: the grader refuses {refused[0]}"
+            message = (f"0 points: the grader refuses {describe(refused[0])}"
                        + (f" (and {len(refused) - 1} more)" if len(refused) > 1 else "")
                        + f"\n(judged without regard to that: {failure or 'passed'})")
             results.append(CheckResult(check.grade_id, 0.0, check.points, message))

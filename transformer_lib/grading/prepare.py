@@ -174,13 +174,15 @@ def kernel_files(names: set[str] | None = None) -> tuple[str, ...]:
         needed = [stem for stem in chapters if defines[stem] & names]
         if names <= set().union(*(defines[stem] for stem in needed)):
             chapters = needed
-    return ("_harness", *(f"checks.{stem}" for stem in chapters), "checks")
+    return ("_harness", "_calls", *(f"checks.{stem}" for stem in chapters), "checks")
 
 
-def _grading_kernel_checks(folder: str, name: str, files: tuple[str, ...], cut: str):  # noqa: ANN202
+def _grading_kernel_checks(folder: str, name: str, files: tuple[str, ...], cut: str, cell: str = ""):  # noqa: ANN202
     """Execute ``files`` (dotted names under ``folder``; a name with submodules is a package, read
     from its ``__init__.py``), each up to its first line starting with ``cut``, as new modules under
-    a new package ``name``; return the last.
+    a new package ``name``; return the last. Then ask the kernel's watch for the secrets of check
+    cell ``cell`` (its seed, record folder and nonce: :mod:`~transformer_lib.grading._watch`), which
+    it hands out once; without a watch (checks run in-process) there are none.
 
     This function's source is copied into check cells, so it imports what it needs itself. The
     modules are in ``sys.modules`` only while they load (for their relative imports).
@@ -212,14 +214,26 @@ def _grading_kernel_checks(folder: str, name: str, files: tuple[str, ...], cut: 
     finally:
         for key in modules:
             sys.modules.pop(key, None)
+    modules[f"{name}._calls"]._OWN.update(id(m.__dict__) for m in modules.values())
+    box: list = []  # the secrets
+
+    def _grading_watch_secrets(cell: str = cell, box: list = box) -> None:
+        return None
+
+    _grading_watch_secrets.__code__  # noqa: B018 - the read is the question (an audit event the watch answers)
+    if box and box[0] is None:
+        raise RuntimeError("the inputs of this check cell were asked for before it ran")
+    modules[f"{name}._harness"].configure(box[0] if box else None)
+    calls, found = modules[f"{name}._calls"], modules[f"{name}._calls"].ask_watch()  # noted in this exercise's cells
+    calls._PENDING[:] = modules[f"{name}._harness"]._PENDING[:] = [found] if found is not None else []
     return module
 
 
-def loader(name: str, indent: str = "", names: set[str] | None = None) -> str:
+def loader(name: str, indent: str = "", names: set[str] | None = None, cell: str = "") -> str:
     """The code that binds ``checks`` to a fresh kernel half of the checks (package ``name``; only
-    the chapters that define ``names``, see :func:`kernel_files`)."""
+    the chapters that define ``names``, see :func:`kernel_files`), for check cell ``cell``."""
     call = (f"checks = _grading_kernel_checks({str(FOLDER)!r}, {name!r}, {kernel_files(names)!r}, "
-            f"{JUDGING_LINE!r})")
+            f"{JUDGING_LINE!r}, {cell!r})")
     code = f"{inspect.getsource(_grading_kernel_checks)}{call}\ndel _grading_kernel_checks"
     return "\n".join(indent + line if line else line for line in code.splitlines())
 
@@ -237,7 +251,7 @@ def for_kernel(nb: NotebookNode, name: str | None = None) -> NotebookNode:
         if cell.cell_type == "code" and not is_check(cell):  # the checks are loaded by the check cells alone
             cell.source = "\n".join(line for line in cell.source.splitlines() if line.strip() != IMPORT_CHECKS)
         if is_check(cell):
-            body = [loader(name, "    ", names) if line.strip() == IMPORT_CHECKS else "    " + line
+            body = [loader(name, "    ", names, grade_id(cell)) if line.strip() == IMPORT_CHECKS else "    " + line
                     for line in cell.source.splitlines()]
             cell.source = "\n".join([f"def {CELL_FUNCTION}():", *body, "    pass", f"{CELL_FUNCTION}()",
                                      f"del {CELL_FUNCTION}"])

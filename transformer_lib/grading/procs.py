@@ -24,13 +24,14 @@ PASSED_ON = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LANGUAGE", "LC_ALL", "L
              "SYSTEMROOT")
 
 
-def kernel_env(record_dir: str, token: str, seed: str = "") -> dict[str, str]:
-    """The environment of a worker and its kernel: a minimal one, the record folder, the token and
-    the grading run's seed of the hidden tests."""
-    from ._harness import RECORD_ENV, SEED_ENV, TOKEN_ENV  # here, so that the worker does not import torch
+def kernel_env(token: str) -> dict[str, str]:
+    """The environment of a worker and its kernel: a minimal one and the token. Neither the record
+    folder nor the seed of the hidden tests is in it: they reach the check cells alone (see
+    :mod:`~transformer_lib.grading._watch`)."""
+    from ._harness import TOKEN_ENV  # here, so that the worker does not import torch
 
     kept = {key: os.environ[key] for key in PASSED_ON if key in os.environ}
-    return {**kept, **KERNEL_ENV, RECORD_ENV: record_dir, TOKEN_ENV: token, SEED_ENV: seed}
+    return {**kept, **KERNEL_ENV, TOKEN_ENV: token}
 
 
 def _kill(proc: psutil.Process) -> bool:

@@ -1,6 +1,6 @@
 """The records a check call leaves under grading, read back in the grader's process.
 
-A record is one ``NNN-name.npz`` file written by :func:`transformer_lib.grading._harness.write`:
+A record is one ``NONCE-NNN.npz`` file written by :func:`transformer_lib.grading._harness.write`:
 plain numeric arrays, plus the uint8 array ``__meta__`` holding JSON ``{"check", "hidden",
 "cases", "outs"}`` in which ``{"$tensor": key, "dtype"}``, ``{"$array": key}``, ``{"$opaque":
 text}`` and ``{"$dict": {...}}`` stand for the values that are not JSON.
@@ -8,17 +8,21 @@ text}`` and ``{"$dict": {...}}`` stand for the values that are not JSON.
 Files come from a process the student controls, so they are hostile: only regular ``.npz`` files
 of bounded size are opened, always with ``allow_pickle=False``; the JSON is bounded in size and
 depth, every reference must name an array of the file, and anything malformed makes the whole
-file count as absent (which then scores as "no result").
+file count as absent (which then scores as "no result"). Of a check cell's files only those it
+was to write are read (:func:`accepted`: its nonce, numbered from 000, as many as the
+instructor's run recorded, within a quota of bytes), and one at a time (:class:`Recorded`), so that
+the grader never holds more than one record file of a submission in memory.
 """
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import torch
@@ -28,6 +32,8 @@ from ._harness import Opaque
 MAX_FILE_BYTES = 20_000_000  # uncompressed, per record file
 MAX_META_BYTES = 2_000_000
 MAX_DEPTH = 8
+MAX_CALLS = 64  # record files of one check cell, when the instructor's run has not said how many
+MAX_CELL_BYTES = 64_000_000  # of one check cell's record files, on disk
 
 
 @dataclass
@@ -111,3 +117,60 @@ def load_calls(folder: Path) -> list[Call]:
         except Exception:  # a corrupt or hostile file: treat as absent
             continue
     return calls
+
+
+def accepted(folder: Path, nonce: str, count: int) -> list[Path]:
+    """The record files of one check cell to read: ``NONCE-000.npz``, ``NONCE-001.npz``, … up to
+    ``count`` of them, each a regular file (not a link) of at most ``MAX_FILE_BYTES``, together at
+    most ``MAX_CELL_BYTES``; the first missing or unacceptable one ends the list. Nothing else in
+    ``folder`` is looked at."""
+    found: list[Path] = []
+    total = 0
+    for seq in range(min(count, MAX_CALLS)):
+        path = folder / f"{nonce}-{seq:03d}.npz"
+        try:
+            info = os.lstat(path)
+        except OSError:
+            break
+        total += info.st_size
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_FILE_BYTES or total > MAX_CELL_BYTES:
+            break
+        found.append(path)
+    return found
+
+
+class Recorded(Sequence):
+    """The calls recorded in ``paths``, read when asked for, one at a time (None if unreadable)."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        self.paths = list(paths)
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i: int) -> Call | None:  # type: ignore[override]
+        try:
+            return _read(self.paths[i])
+        except IndexError:
+            raise
+        except Exception:  # a corrupt or hostile file: absent
+            return None
+
+    def __iter__(self) -> Iterator[Call | None]:
+        return (self[i] for i in range(len(self)))
+
+
+def collect(folder: Path, nonces: dict[str, str], expected: dict[str, int] | None,
+            keep: Path | None) -> dict[str, Sequence[Call | None]]:
+    """Per check cell (``folder/<grade_id>``), the calls of the files :func:`accepted` keeps
+    (``expected[grade_id]`` of them, else at most ``MAX_CALLS``): moved to ``keep/<grade_id>`` and
+    read when judged, or read now (the unreadable left out) if ``keep`` is None."""
+    found: dict[str, Sequence[Call | None]] = {}
+    for gid, nonce in nonces.items():
+        paths = accepted(folder / gid, nonce, (expected or {}).get(gid, MAX_CALLS))
+        if keep is None:
+            found[gid] = [c for c in Recorded(paths) if c is not None]
+        else:
+            (keep / gid).mkdir(parents=True, exist_ok=True)
+            found[gid] = Recorded([Path(shutil.move(str(p), keep / gid / p.name)) for p in paths])
+    return found

@@ -18,9 +18,11 @@ import csv
 import json
 from pathlib import Path
 
+from .escaping import cap, csv_field, markdown
 from .judge import Check, SubmissionResult, zeros
 
 MAX_MESSAGE = 2000
+MAX_NOTE = 600
 
 
 def _fmt(x: float) -> str:
@@ -31,11 +33,12 @@ def results_json(result: SubmissionResult) -> dict:
     """The Gradescope autograder ``results.json`` of one submission."""
     tests = [{"name": c.grade_id, "score": c.score, "max_score": c.max_score,
               "status": "passed" if c.score == c.max_score else "failed",
-              "output": c.message[:MAX_MESSAGE], "visibility": "visible"} for c in result.checks]
+              "output": cap(c.message, MAX_MESSAGE, lines=True), "visibility": "visible"} for c in result.checks]
     summary = f"Score {_fmt(result.total)} / {_fmt(result.max_score)}."
     if result.notes:
-        summary += "\nNotes:\n" + "\n".join(f"- {n}" for n in result.notes)
-    return {"score": result.total, "output": summary, "tests": tests}
+        summary += "\nNotes:\n" + "\n".join(f"- {cap(n, MAX_NOTE)}" for n in result.notes)
+    return {"score": result.total, "output": summary, "output_format": "text", "test_output_format": "text",
+            "tests": tests}
 
 
 def feedback_markdown(result: SubmissionResult) -> str:
@@ -43,13 +46,13 @@ def feedback_markdown(result: SubmissionResult) -> str:
     lines = [f"# Feedback: {result.name}", "",
              f"**Score: {_fmt(result.total)} / {_fmt(result.max_score)}**", ""]
     if result.notes:
-        lines += ["## Notes", ""] + [f"- {n}" for n in result.notes] + [""]
+        lines += ["## Notes", ""] + [f"- {markdown(n, MAX_NOTE)}" for n in result.notes] + [""]
     lines += ["## Checks", ""]
     for c in result.checks:
         mark = "✓" if c.score == c.max_score else "✗"
         lines += [f"### {mark} `{c.grade_id}`: {_fmt(c.score)} / {_fmt(c.max_score)}", ""]
         if c.message != "passed":
-            lines += ["```text", c.message[:MAX_MESSAGE].replace("```", "'''"), "```", ""]
+            lines += ["```text", cap(c.message, MAX_MESSAGE, lines=True).replace("```", "'''"), "```", ""]
     return "\n".join(lines)
 
 
@@ -72,4 +75,5 @@ def write_reports(out_dir: Path, results: list[SubmissionResult], checks: list[C
         for r in results:
             scores = {c.grade_id: _fmt(c.score) for c in r.checks}
             writer.writerow([r.name, *[scores.get(c.grade_id, "0") for c in checks],
-                             _fmt(r.total), _fmt(sum(c.points for c in checks)), " | ".join(r.notes)])
+                             _fmt(r.total), _fmt(sum(c.points for c in checks)),
+                             csv_field(" | ".join(cap(n, MAX_NOTE) for n in r.notes))])

@@ -10,10 +10,9 @@ The events the worker wrote are read as hostile data (the kernel can write to th
 every field is type-checked, a cell's ``grade_id`` is taken from the notebook, not the file,
 and malformed lines are ignored.
 
-With ``sandbox=True`` the worker (and so its kernel) runs inside bubblewrap
-(:mod:`~transformer_lib.grading.sandbox`), where only the run's two folders are writable and
-visible of everything the grader has. In every mode the worker limits the memory of each
-process, and the runner stops a run whose processes together hold more than ``memory`` bytes.
+With ``sandbox=True`` the worker (and its kernel) runs in bubblewrap (:mod:`~transformer_lib.
+grading.sandbox`): of the grader's folders only the run's own is there. The runner stops a run
+whose processes hold more than ``memory`` bytes, or whose folders on its disk outgrow DISK_BYTES.
 """
 from __future__ import annotations
 
@@ -29,15 +28,17 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import nbformat
 
 from . import slots
 from .notebook import grade_id, is_check
+from ._watch import cell_file, write_secrets
 from .procs import kernel_env, kill_tagged, kill_tree, kill_user
-from .records import Call, load_calls
-from .sandbox import MEMORY_BYTES, command, sandbox_env, sandbox_uid, tree_memory, user_memory
+from .records import Call, collect
+from .sandbox import (DISK_BYTES, MEMORY_BYTES, command, folder_bytes, python_roots, sandbox_env, sandbox_uid,
+                      tree_memory, user_memory)
 
 OUTPUT_CAP = 10_000  # characters of output stored per cell
 MAX_EVENTS_BYTES = 20_000_000
@@ -50,11 +51,12 @@ class RunResult:
     recorded."""
 
     cells: list[dict[str, Any]] = field(default_factory=list)
-    records: dict[str, list[Call]] = field(default_factory=dict)  # grade_id -> calls
+    records: dict[str, Sequence[Call | None]] = field(default_factory=dict)  # grade_id -> calls (read lazily)
     dead_at: int | None = None  # index of the cell during which the kernel died
     dead_label: str | None = None  # that cell's grade_id, if it has one
     killed: bool = False  # the whole-notebook time limit was hit
     out_of_memory: bool = False  # the run's processes held more than the memory limit, and were stopped
+    out_of_disk: bool = False  # the run's folders on the grader's disk grew over DISK_BYTES, and it was stopped
     finished: bool = False
     worker_error: str = ""
     seconds: float = 0.0
@@ -119,6 +121,8 @@ def _read_events(path: Path, nb: nbformat.NotebookNode, result: RunResult, cap: 
             result.cells.append(event)
     if isinstance(raw, dict) and raw.get("done") is True:
         result.finished = True
+    elif isinstance(raw, dict) and raw.get("watch") is False:
+        result.worker_error = "the grader could not start the kernel's watch; the notebook was not run"
     elif isinstance(raw, dict) and "dead" in raw:
         dead = raw["dead"]
         result.dead_at = dead if type(dead) is int and 0 <= dead < len(nb.cells) else -1
@@ -130,15 +134,18 @@ def _regular(fd: int) -> bool:
 
 
 def _watch(ended: Callable[[float], bool], used: Callable[[], int], stop: Callable[[], None], timeout: float,
-           memory: int, result: RunResult) -> None:
+           memory: int, result: RunResult, disk: Callable[[], int] = lambda: 0) -> None:
     """Wait until ``ended(seconds)`` says the run is over, checking every ``POLL_S`` seconds; at
-    ``timeout``, or when ``used()`` exceeds ``memory`` bytes, ``stop()`` the run and wait for its end."""
+    ``timeout``, when ``used()`` exceeds ``memory`` bytes or ``disk()`` exceeds ``DISK_BYTES``,
+    ``stop()`` the run and wait for its end."""
     deadline = time.monotonic() + timeout
     while not ended(max(0.0, min(POLL_S, deadline - time.monotonic()))):
         if time.monotonic() >= deadline:
             result.killed = True
         elif used() > memory:
             result.out_of_memory = True
+        elif disk() > DISK_BYTES:
+            result.out_of_disk = True
         else:
             continue
         stop()
@@ -154,13 +161,15 @@ def _chown_all(folder: Path, uid: int) -> None:
 
 def run_notebook(nb: nbformat.NotebookNode, cell_timeout: float = 30.0, timeout: float = 300.0,
                  output_cap: int = OUTPUT_CAP, token_prefix: str = "", sandbox: bool = False,
-                 memory: int = MEMORY_BYTES, seed: str = "") -> RunResult:
+                 memory: int = MEMORY_BYTES, seed: str = "", expected: dict[str, int] | None = None,
+                 keep: Path | None = None) -> RunResult:
     """Execute ``nb`` in a worker process; never raises because of what the notebook does.
 
-    The run's token is ``token_prefix`` plus a random part (``result.token``); ``seed`` is the
-    grading run's seed of the hidden tests, passed to the kernel. With ``sandbox``
-    the worker runs in bubblewrap (the caller checked that it works). ``memory`` limits each
-    process's address space and the resident memory of all the run's processes together.
+    The run's token is ``token_prefix`` plus a random part (``result.token``); ``seed``: the grading
+    run's, of the hidden tests (each check cell's derives from it). With ``sandbox`` the worker runs
+    in bubblewrap, and the kernel's folders are on the sandbox's size-capped ``/tmp``. ``memory``
+    limits each process's address space and all the run's processes together. Of each check cell's
+    records only those it was to write are kept (:func:`~transformer_lib.grading.records.collect`).
     """
     start = time.perf_counter()
     result = RunResult(token=token_prefix + secrets.token_hex(8))
@@ -168,43 +177,46 @@ def run_notebook(nb: nbformat.NotebookNode, cell_timeout: float = 30.0, timeout:
     healthy = False
     base = str(slot.root) if slot else None
     private = Path(tempfile.mkdtemp(prefix="grading-", dir=base))
-    public = Path(tempfile.mkdtemp(prefix="grading-kernel-", dir=base))
+    public = Path(tempfile.mkdtemp(prefix="grading-kernel-", dir=base)) if not sandbox else None
     try:
-        live, cwd = public / "records", public / "work"
-        live.mkdir()
-        cwd.mkdir()
+        kernel_root = public or Path(f"/tmp/grading-kernel-{secrets.token_hex(8)}")  # in the sandbox: its tmpfs
+        live, cwd = kernel_root / "records", kernel_root / "work"  # the worker makes them
+        cells = {grade_id(c): c for c in nb.cells if is_check(c) and grade_id(c)}
+        nonces = write_secrets(private / "secrets.json", list(cells), str(live), seed)
         nbformat.write(nb, str(private / "notebook.ipynb"))
         uid = sandbox_uid() if sandbox else None
         job = {"notebook": str(private / "notebook.ipynb"), "events": str(private / "events.jsonl"),
                "records": str(private / "records"), "live": str(live), "cwd": str(cwd),
+               "kernel_root": str(kernel_root), "secrets": str(private / "secrets.json"), "roots": python_roots(),
+               "checks": sorted(cell_file(c.source) for c in cells.values()),
                "cell_timeout": cell_timeout, "output_cap": output_cap, "memory": memory, "sandboxed": sandbox,
                "uid": uid}
-        argv, env = [sys.executable, "-m", "transformer_lib.grading.worker"], kernel_env(str(live), result.token, seed)
+        argv, env = [sys.executable, "-m", "transformer_lib.grading.worker"], kernel_env(result.token)
         if sandbox:
-            (public / "home").mkdir()
-            argv, env = command(argv, [str(private), str(public)], str(private)), sandbox_env(env, public / "home")
+            argv, env = command(argv, [str(private)], str(private)), sandbox_env(env, kernel_root / "home")
             if uid is not None:
-                for folder in (private, public):
-                    _chown_all(folder, uid)
+                _chown_all(private, uid)
+        disk = lambda: sum(folder_bytes(f) for f in (private, public) if f is not None)  # noqa: E731
         if slot is not None:
-            returncode, healthy = _run_in_slot(slot, {**job, "env": env}, timeout, memory, result)
+            returncode, healthy = _run_in_slot(slot, {**job, "env": env}, timeout, memory, result, disk)
         else:
-            returncode = _run_worker(argv, env, private, job, timeout, memory, result)
+            returncode = _run_worker(argv, env, private, job, timeout, memory, result, disk)
         _read_events(private / "events.jsonl", nb, result, output_cap)
         ended = result.finished or result.dead_at is not None
-        if not (result.killed or result.out_of_memory or result.worker_error) and (returncode != 0 or not ended):
+        if not (result.killed or result.out_of_memory or result.out_of_disk or result.worker_error) \
+                and (returncode != 0 or not ended):
             log = private / "worker.log"
             tail = log.read_text(errors="replace")[-1500:] if log.is_file() else ""
             result.worker_error = f"worker exited with status {returncode}: {tail.strip()}"
-        for folder in sorted((private / "records").glob("*")):
-            result.records[folder.name] = load_calls(folder)
+        result.records = collect(private / "records", nonces, expected, keep)
     except KeyboardInterrupt:
         raise
     except Exception as err:  # the grader must survive anything a submission does
         result.worker_error = f"the notebook could not be run ({type(err).__name__}: {str(err)[:300]})"
     finally:
         shutil.rmtree(private, ignore_errors=True)
-        shutil.rmtree(public, ignore_errors=True)
+        if public is not None:
+            shutil.rmtree(public, ignore_errors=True)
         if slot is not None:  # only now: the next run of this slot finds no folder of this one
             slots.release(slot, healthy)
     result.seconds = time.perf_counter() - start
@@ -223,7 +235,7 @@ def _warm_slot() -> slots.Slot | None:
 
 
 def _run_worker(argv: list[str], env: dict[str, str], private: Path, job: dict[str, Any], timeout: float,
-                memory: int, result: RunResult) -> int:
+                memory: int, result: RunResult, disk: Callable[[], int] = lambda: 0) -> int:
     """Start the worker (in a sandbox of its own if ``argv`` says so) and wait for it; its exit status."""
     with open(private / "worker.log", "wb") as log, _LOCK:
         if _STOPPING.is_set():
@@ -246,7 +258,8 @@ def _run_worker(argv: list[str], env: dict[str, str], private: Path, job: dict[s
             proc.stdin.close()
         except OSError:
             pass
-        _watch(ended, lambda: tree_memory(proc.pid, memory), lambda: kill_tree(proc.pid), timeout, memory, result)
+        _watch(ended, lambda: tree_memory(proc.pid, memory), lambda: kill_tree(proc.pid), timeout, memory, result,
+               disk)
         proc.wait()
     finally:
         with _LOCK:
@@ -256,7 +269,7 @@ def _run_worker(argv: list[str], env: dict[str, str], private: Path, job: dict[s
 
 
 def _run_in_slot(slot: slots.Slot, job: dict[str, Any], timeout: float, memory: int,
-                 result: RunResult) -> tuple[int, bool]:
+                 result: RunResult, disk: Callable[[], int] = lambda: 0) -> tuple[int, bool]:
     """Give the job to the slot's zygote and wait for the worker's exit status, stopping the run's
     processes (all of its user id) at ``timeout`` or at ``memory`` bytes. Returns the status and
     whether the slot can be used again."""
@@ -275,7 +288,7 @@ def _run_in_slot(slot: slots.Slot, job: dict[str, Any], timeout: float, memory: 
 
     try:
         slot.send(job)
-        _watch(ended, lambda: user_memory(uid, memory), lambda: kill_user(uid), timeout, memory, result)
+        _watch(ended, lambda: user_memory(uid, memory), lambda: kill_user(uid), timeout, memory, result, disk)
         status = message[0].get("exit") if message else None
         healthy = type(status) is int
     except slots.SlotError as err:

@@ -4,25 +4,29 @@ With ``--sandbox bwrap`` (or ``auto`` where bubblewrap works) :func:`command` wr
 in ``bwrap``: new PID, network, IPC and UTS namespaces (so no network, not even 127.0.0.1 of
 the host, and no process of the host can be seen or signalled); a filesystem of its own in
 which only the system folders, Python and its packages and the course library are visible,
-read-only, plus the run's own folders (writable) and a private, size-limited ``/tmp``. The
-instructor notebook, the other submissions, the rest of the repository and ``$HOME`` are not
-there at all. When the grader runs as root, the worker drops to a user id of its own, random
+read-only, plus the run's own folder (writable) and a private, size-limited ``/tmp`` in memory,
+where the kernel's working folder, home and records are. The instructor notebook, the other
+submissions, the rest of the repository and ``$HOME`` are not there at all, and neither are the
+judges: the library is shown as a copy in which each checks module stops at its judging line and
+the judges' helpers are absent (:func:`kernel_library`). When the grader runs as root, the worker drops to a user id of its own, random
 per run, before it starts the kernel (:func:`drop_privileges`), so that the process limit
 counts only this submission's processes.
 
 :func:`apply_limits` (in the worker, in every mode) sets the limits the kernel inherits:
 address space per process (``RLIMIT_AS``), size of a written file, no core files, and, in the
 sandbox, the number of processes. The runner also watches the memory of the whole process
-tree (:func:`tree_memory`).
+tree (:func:`tree_memory`), and the size of the run's folders on its disk (:func:`folder_bytes`).
 """
 from __future__ import annotations
 
+import atexit
 import functools
 import os
 import resource
 import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import psutil
@@ -30,7 +34,9 @@ import psutil
 MODES = ("auto", "bwrap", "none")
 MEMORY_BYTES = 4 * 2**30  # per process (address space) and for the whole tree (resident)
 MAX_PROCESSES = 256  # processes and threads of one sandboxed submission
-FILE_BYTES = 200 * 2**20  # largest file a submission may write
+FILE_BYTES = 64 * 2**20  # largest file a submission may write
+DISK_BYTES = 128 * 2**20  # a run's folders on the grader's disk: over this, the run is stopped
+JUDGES_ONLY = ("_judging.py", "judge.py", "grade.py", "gradescope.py", "bench.py", "classreport.py", "report.py")
 TMP_BYTES = 256 * 2**20  # the sandbox's /tmp (in memory)
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc")
 UID_RANGE = (1_000_000, 2_000_000_000)  # unused user ids, one per sandboxed run when root
@@ -59,6 +65,58 @@ def python_roots() -> list[str]:
             roots.add(path)
     roots = {r for r in roots if r.is_dir() and not any(str(r) == s or str(r).startswith(s + "/") for s in SYSTEM)}
     return sorted(str(r) for r in roots if not any(p in roots for p in r.parents))
+
+
+def _package() -> Path:
+    import transformer_lib
+
+    return Path(transformer_lib.__file__).resolve().parent
+
+
+@functools.lru_cache(maxsize=None)
+def kernel_library() -> str:
+    """A copy of the ``transformer_lib`` package as a graded kernel sees it (made once, removed at
+    exit): every checks module cut at its judging line, the judges' and reports' modules left out."""
+    from .prepare import JUDGING_LINE
+
+    folder = Path(tempfile.mkdtemp(prefix="grading-library-"))
+    atexit.register(shutil.rmtree, folder, True)
+    copy = folder / "transformer_lib"
+    shutil.copytree(_package(), copy)  # with the compiled files: those of unchanged modules stay valid
+    for name in JUDGES_ONLY:
+        (copy / "grading" / name).unlink(missing_ok=True)
+        for compiled in (copy / "grading" / "__pycache__").glob(f"{name[:-3]}.*.pyc"):
+            compiled.unlink()
+    for compiled in (copy / "grading" / "checks" / "__pycache__").glob("ch[0-9]*.pyc"):
+        compiled.unlink()  # compiled from the whole module: the judges are in it
+    for path in (copy / "grading" / "checks").glob("ch[0-9]*.py"):
+        text = path.read_text(encoding="utf-8")
+        path.write_text(text[:text.index(JUDGING_LINE)] if JUDGING_LINE in text else text, encoding="utf-8")
+    for root, dirs, files in os.walk(folder):
+        os.chmod(root, 0o755)
+        for name in files:
+            os.chmod(os.path.join(root, name), 0o644)
+    return str(copy)
+
+
+def folder_bytes(folder: Path, max_entries: int = 20_000) -> int:
+    """The bytes of the files under ``folder`` (links not followed); more than ``max_entries``
+    entries count as too many bytes."""
+    total, seen, stack = 0, 0, [str(folder)]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as entries:
+                for entry in entries:
+                    seen += 1
+                    if seen > max_entries:
+                        return 2**62
+                    if entry.is_dir(follow_symlinks=False):
+                        stack.append(entry.path)
+                    elif entry.is_file(follow_symlinks=False):
+                        total += entry.stat(follow_symlinks=False).st_blocks * 512
+        except OSError:
+            continue
+    return total
 
 
 def sandbox_env(env: dict[str, str], home: Path) -> dict[str, str]:
@@ -92,6 +150,7 @@ def command(argv: list[str], writable: list[str], cwd: str = "/") -> list[str]:
         args += ["--perms", "0755", "--dir", parent]
     for root in roots:
         args += ["--ro-bind", root, root]
+    args += ["--ro-bind", kernel_library(), str(_package())]  # over the library: its copy without the judges
     for folder in writable:
         args += ["--bind", folder, folder]
     return [*args, "--chdir", cwd, "--", *argv]

@@ -14,8 +14,11 @@ graded survives even if the whole process group is later killed:
 Before anything else the worker sets the limits its kernel inherits and, in the sandbox when the
 grader is root, becomes the run's own user (:mod:`~transformer_lib.grading.sandbox`).
 
-For a check cell, the ``.npz`` files the checks wrote into the kernel's record folder during
-that cell are moved to ``records/<grade_id>/``; anything found there before the cell is removed.
+Before the first cell it starts the kernel's watch (:mod:`~transformer_lib.grading._watch`),
+silently: nothing of it enters the kernel's history. For a check cell, the ``.npz`` files the
+checks wrote into the kernel's record folder during that cell are moved to
+``records/<grade_id>/`` (at most ``MAX_RECORD_FILES`` of them, within ``MAX_CELL_BYTES``);
+anything found there before the cell is removed.
 """
 from __future__ import annotations
 
@@ -40,6 +43,12 @@ from .procs import adopt_orphans, kill_descendants
 from .sandbox import MEMORY_BYTES, apply_limits, drop_privileges
 
 MAX_RECORD_FILE = 5_000_000  # bytes per .npz file moved out of the kernel's folder
+MAX_RECORD_FILES = 64  # .npz files moved per check cell
+MAX_CELL_BYTES = 64_000_000  # bytes moved per check cell
+
+
+class WatchError(RuntimeError):
+    """The kernel's watch could not be started: the run is not graded."""
 
 
 class GradingClient(NotebookClient):
@@ -62,6 +71,18 @@ class GradingClient(NotebookClient):
         self._used: dict[int, int] = {}
         self._truncated: set[int] = set()
         self._timed_out: set[int] = set()
+
+    async def async_start_new_kernel_client(self) -> Any:
+        """Start the kernel's client, then the kernel's watch, silently, before any cell."""
+        kc = await super().async_start_new_kernel_client()
+        if self.job.get("secrets"):
+            code = (f"import transformer_lib.grading._watch as _grading_watch\n"
+                    f"_grading_watch.install({tuple(self.job['roots'])!r}, {tuple(self.job['checks'])!r}, "
+                    f"{self.job['secrets']!r})\ndel _grading_watch")
+            reply = await self.async_wait_for_reply(kc.execute(code, silent=True, store_history=False))
+            if not reply or reply.get("content", {}).get("status") != "ok":
+                raise WatchError("the kernel's watch could not be started")
+        return kc
 
     # ------------------------------------------------------------ events
     def emit(self, event: dict[str, Any]) -> None:
@@ -127,12 +148,19 @@ def _empty(folder: Path) -> None:
 
 
 def _move_records(live: Path, dest: Path) -> None:
-    """Move the regular ``.npz`` files of ``live`` to ``dest``; drop everything else."""
+    """Move the regular ``.npz`` files of ``live`` to ``dest``, within the quotas; drop everything else."""
     dest.mkdir(parents=True, exist_ok=True)
-    for item in sorted(live.iterdir()):
-        if (item.suffix == ".npz" and item.is_file() and not item.is_symlink()
-                and item.stat().st_size <= MAX_RECORD_FILE):
-            shutil.move(str(item), dest / item.name)
+    moved, total = 0, 0
+    with os.scandir(live) as entries:
+        for item in entries:
+            if moved >= MAX_RECORD_FILES:
+                break
+            if not item.name.endswith(".npz") or not item.is_file(follow_symlinks=False):
+                continue
+            size = item.stat(follow_symlinks=False).st_size
+            if size <= MAX_RECORD_FILE and total + size <= MAX_CELL_BYTES:
+                shutil.move(item.path, dest / item.name)
+                moved, total = moved + 1, total + size
     _empty(live)
 
 
@@ -160,6 +188,10 @@ def run(job: dict[str, Any], forked: bool = False) -> int:
     apply_limits(int(job.get("memory", MEMORY_BYTES)), bool(job.get("sandboxed")))
     if job.get("uid") is not None:
         drop_privileges(int(job["uid"]))
+    for folder in ("live", "cwd"):  # in the sandbox: on its /tmp, in memory and size-capped
+        Path(job[folder]).mkdir(parents=True, exist_ok=True)
+    if job.get("kernel_root"):
+        (Path(job["kernel_root"]) / "home").mkdir(parents=True, exist_ok=True)
     launcher = None
     if forked:  # the kernel's process is forked now, before the notebook is read
         launcher = KernelLauncher()
@@ -171,6 +203,8 @@ def run(job: dict[str, Any], forked: bool = False) -> int:
         end = {"done": True}
     except DeadKernelError:
         end = {"dead": client.current}
+    except WatchError:
+        end = {"watch": False}
     finally:
         kill_descendants()
     client.emit(end)

@@ -40,6 +40,10 @@ def preload() -> None:
     for name in PRELOADED:
         importlib.import_module(name)
     from . import worker  # noqa: F401
+    from ._calls import _Aten
+
+    with _Aten((), []):  # a dispatch mode's first use imports some 800 modules of torch's: once, here
+        importlib.import_module("torch").zeros(1).add(1)
 
 
 def empty_tmp() -> None:

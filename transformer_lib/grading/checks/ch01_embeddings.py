@@ -14,7 +14,8 @@ from typing import Any, Callable
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .._harness import StudentError, call, draw, hidden_generator, randn, run_check, seeded
+from .._calls import call
+from .._harness import StudentError, draw, hidden_generator, randn, run_check, seeded
 
 __all__ = ["check_embedding_lookup", "check_nw_vectors", "check_equivariant_part", "check_fixed_mixing_answer"]
 
@@ -29,8 +30,19 @@ def _run_embedding(fn: Callable, case: dict) -> dict:
     facts, recorded for the judge. A row lookup (``lookup``: the function's name) and a
     RuntimeError (``raised``) are recorded as facts too, so that the judge names the misconception."""
     table = case["W_E"].clone().requires_grad_(True)  # a leaf: the gradient must reach it
+
+    def facts(out: Any) -> dict:  # measured on the live result, inside the watch
+        tracked = type(out) is torch.Tensor and out.requires_grad
+        grad = None
+        if tracked:
+            try:
+                (grad,) = torch.autograd.grad(out, table, case["G"].to(out.dtype), allow_unused=True)
+            except Exception:  # noqa: BLE001 - e.g. an output of another shape than G: no gradient to judge
+                grad = None
+        return {"out": out, "requires_grad": tracked, "grad": grad}
+
     try:
-        out = call(fn, case["ids"].clone(), table, lookups=True)
+        return call(fn, case["ids"].clone(), table, lookups=True, after=facts)
     except StudentError as err:
         if err.code == "lookup":
             return {"lookup": err.detail}
@@ -39,14 +51,6 @@ def _run_embedding(fn: Callable, case: dict) -> dict:
         raise
     except RuntimeError:  # while a student works, call() lets their own errors through
         return {"raised": "RuntimeError"}
-    tracked = isinstance(out, torch.Tensor) and out.requires_grad
-    grad = None
-    if tracked:
-        try:
-            (grad,) = torch.autograd.grad(out, table, case["G"].to(out.dtype), allow_unused=True)
-        except Exception:  # noqa: BLE001 - e.g. an output of another shape than G: no gradient to judge
-            grad = None
-    return {"out": out, "requires_grad": tracked, "grad": grad}
 
 
 def check_embedding_lookup(fn: Callable, ids: torch.Tensor | None = None, W_E: torch.Tensor | None = None,
@@ -167,7 +171,8 @@ from itertools import permutations  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from .._harness import _LOOKUPS, CheckFailed, typename  # noqa: E402
+from .._calls import _LOOKUPS  # noqa: E402
+from .._harness import CheckFailed, typename  # noqa: E402
 from .._judging import as_array, check_finite, check_shape, close, fail, judge, pair  # noqa: E402
 
 

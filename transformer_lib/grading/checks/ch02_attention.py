@@ -12,7 +12,8 @@ from typing import Any, Callable
 
 import torch
 
-from .._harness import call, draw, hidden_generator, randn, run_check, seeded
+from .._calls import call
+from .._harness import draw, hidden_generator, randn, run_check, seeded
 
 __all__ = ["check_hand_qkv", "check_hand_scores", "check_hand_weights", "check_stable_softmax",
            "check_attention", "check_masked_attention", "check_score_std", "check_score_range",

@@ -12,7 +12,8 @@ from typing import Callable
 
 import torch
 
-from .._harness import call, draw, hidden_generator, run_check
+from .._calls import call
+from .._harness import draw, hidden_generator, run_check
 
 __all__ = ["check_permuted_mask"]
 

@@ -12,7 +12,8 @@ from typing import Callable
 
 import torch
 
-from .._harness import call, draw, hidden_generator, randn, run_check, seeded
+from .._calls import call
+from .._harness import draw, hidden_generator, randn, run_check, seeded
 
 __all__ = ["check_rms_norm", "check_fold_norm", "check_value_layer", "check_collapse_stack"]
 

@@ -16,7 +16,8 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from .._harness import call, draw, hidden_generator, randn, run_check, seeded
+from .._calls import call
+from .._harness import draw, hidden_generator, randn, run_check, seeded
 
 __all__ = ["tiny_gpt", "check_hand_expansion", "check_ablate_write", "check_expansion_orders"]
 

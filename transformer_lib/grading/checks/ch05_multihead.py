@@ -10,14 +10,15 @@ judges, which compute their references from the inputs and run in the grader. Ch
 from __future__ import annotations
 
 import contextlib
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from .._harness import StudentError, call, draw, hidden_generator, randn, run_check, seeded
+from .._calls import call
+from .._harness import StudentError, draw, hidden_generator, randn, run_check, seeded
 
 __all__ = ["check_split_qkv", "check_gqa_attention", "check_gqa_flops", "check_longest_context"]
 
@@ -47,10 +48,13 @@ def _run_split(fn: Callable, case: dict) -> dict:
     the fused tensor handed in (a view, no copy), and whether that tensor is unchanged."""
     fused = case["fused"].clone()
     before, base = fused.clone(), fused.untyped_storage().data_ptr()  # the memory handed in (set_ cannot move it)
-    result = call(fn, fused, case["n_heads"], case["n_kv_heads"])
-    parts = list(result) if isinstance(result, (tuple, list)) else []
-    views = [type(p) is torch.Tensor and p.untyped_storage().data_ptr() == base for p in parts]
-    return {"result": result, "views": views, "input_unchanged": bool(torch.equal(fused, before))}
+    def views(result: Any) -> dict:  # measured on the live result, inside the watch
+        parts = list(result) if type(result) in (tuple, list) else []
+        return {"result": result,
+                "views": [type(p) is torch.Tensor and p.untyped_storage().data_ptr() == base for p in parts]}
+
+    out = call(fn, fused, case["n_heads"], case["n_kv_heads"], after=views)
+    return {**out, "input_unchanged": bool(torch.equal(fused, before))}
 
 
 def check_split_qkv(fn: Callable, fused: torch.Tensor | None = None, n_heads: int = 4, n_kv_heads: int = 2,

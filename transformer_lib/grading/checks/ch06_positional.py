@@ -17,7 +17,8 @@ from typing import Callable
 
 import torch
 
-from .._harness import call, draw, hidden_generator, randn, run_check, seeded
+from .._calls import call
+from .._harness import draw, hidden_generator, randn, run_check, seeded
 
 __all__ = ["check_alibi_slopes", "check_rope_permutation", "check_relative_test"]
 

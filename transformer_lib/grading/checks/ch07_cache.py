@@ -12,7 +12,8 @@ from typing import Any, Callable
 
 import torch
 
-from .._harness import StudentError, call, capture, draw, hidden_generator, randn, run_check, seeded
+from .._calls import call
+from .._harness import StudentError, capture, draw, hidden_generator, randn, run_check, seeded
 
 __all__ = ["check_gqa_step"]
 

@@ -14,7 +14,8 @@ from typing import Any, Callable
 
 import torch
 
-from .._harness import call, draw, hidden_generator, run_check
+from .._calls import call
+from .._harness import draw, hidden_generator, run_check
 
 __all__ = ["check_seq2seq_masks", "check_influence"]
 

@@ -12,12 +12,13 @@ output replaced (no hook), and names the likely misconception. Chapter 7.
 from __future__ import annotations
 
 import math
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch import nn
 
-from .._harness import call, draw, hidden_generator, run_check
+from .._calls import call
+from .._harness import draw, hidden_generator, run_check
 
 __all__ = ["check_patch_head"]
 
@@ -111,11 +112,12 @@ def _case(g: torch.Generator, n_layers: int, n_heads: int, d_k: int, b: int, n: 
 
 def _run_patch(fn: Callable, case: dict) -> dict:
     model = _model(case)       # a fresh model from the case's seed: whatever the student does stays there
-    r = call(fn, model, case["clean"].clone(), case["corrupted"].clone(), case["layer"], case["head"],
-             list(case["positions"]), _metric(case["answers"]))
-    with torch.no_grad():
-        after = model(case["corrupted"])
-    return {"r": r, "after": after}
+    def after(r: Any) -> dict:  # the model once the student's function is done, inside the watch
+        with torch.no_grad():
+            return {"r": r, "after": model(case["corrupted"])}
+
+    return call(fn, model, case["clean"].clone(), case["corrupted"].clone(), case["layer"], case["head"],
+                list(case["positions"]), _metric(case["answers"]), after=after)
 
 
 def check_patch_head(fn: Callable, hidden: int = 0) -> None:

@@ -18,7 +18,8 @@ from typing import Any, Callable
 import torch
 from torch.overrides import TorchFunctionMode
 
-from .._harness import call, draw, hidden_generator, run_check
+from .._calls import call
+from .._harness import draw, hidden_generator, run_check
 
 __all__ = ["EXAMPLE_CONFIG", "check_param_count", "check_moe_flops", "check_decode_batch"]
 

@@ -12,7 +12,8 @@ from typing import Callable
 
 import torch
 
-from .._harness import call, draw, hidden_generator, randn, run_check, seeded
+from .._calls import call
+from .._harness import draw, hidden_generator, randn, run_check, seeded
 
 __all__ = ["check_cross_section_attention", "check_vit_tokens"]
 

@@ -17,7 +17,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
-from .._harness import call, draw, hidden_generator, randn, run_check, seeded
+from .._calls import call
+from .._harness import draw, hidden_generator, randn, run_check, seeded
 
 __all__ = ["check_sliding_window", "check_linear_attention"]
 

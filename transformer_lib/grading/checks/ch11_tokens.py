@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .._harness import call, draw, hidden_generator, run_check, typename
+from .._calls import call
+from .._harness import draw, hidden_generator, run_check, typename
 
 __all__ = ["check_merge_step", "check_pair_changes", "check_stream_decode"]
 
@@ -65,12 +66,11 @@ _BAD = "(keys that are not pairs of strings, or changes that are not whole numbe
 def _as_rows(changes: Any) -> Any:
     """A dict ``{(a, b): change}`` as rows ``[a, b, change]`` sorted, zero changes left out; anything
     else is recorded by its type."""
-    if not isinstance(changes, dict):
+    if type(changes) is not dict:
         return f"not a dict but {typename(changes)}"
     rows = []
-    for key, value in changes.items():
-        if not (isinstance(key, tuple) and len(key) == 2 and all(isinstance(s, str) for s in key)
-                and isinstance(value, int) and not isinstance(value, bool)):
+    for key, value in dict.items(changes):
+        if not (type(key) is tuple and len(key) == 2 and all(type(s) is str for s in key) and type(value) is int):
             return _BAD
         if value:
             rows.append([key[0], key[1], value])
@@ -93,8 +93,8 @@ def check_pair_changes(fn: Callable, word: list[str] | None = None, pair: tuple[
         cases = [dict(word=list("cabab") if word is None else list(word), pair=["a", "b"] if pair is None else list(pair))]
     for case in cases:
         case["what"] = "pair_changes(word, pair)"
-    run_check("pair_changes", fn, cases, lambda f, c: {"changes": _as_rows(call(
-        f, list(c["word"]), tuple(c["pair"])))}, hidden)
+    run_check("pair_changes", fn, cases, lambda f, c: {"changes": call(
+        f, list(c["word"]), tuple(c["pair"]), after=_as_rows)}, hidden)
 
 
 # ---------------------------------------------------------------- 11.3 decoding a stream of byte tokens
