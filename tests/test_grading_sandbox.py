@@ -7,7 +7,7 @@ another submission, a TCP connection to a server this test opens on 127.0.0.1, w
 the repository and $HOME, SIGTERM to the grader, a fork bomb, a 64 GB allocation, and several
 processes that together hold more memory than allowed. The grader's reading of the source refuses
 the code of most of them (exercise 2.2 scores 0), but it still runs: the sandbox must stop it, and
-the check is judged all the same ("passed" where the attack failed). A run with ``--sandbox none``
+the run-time watch notes it as well. A run with ``--sandbox none``
 grades the attacks that are harmless without a sandbox, and they succeed there: the attacks are
 real. Without a working bubblewrap these tests are skipped, unless GRADING_SANDBOX_REQUIRED=1 (as
 in CI).
