@@ -455,7 +455,7 @@ def test_every_config_error_names_argument_expected_and_actual():
          "d_model: expected an even d_head for positional='rope', got d_head=3"),
     ] + [(dict([(flag, 1)]), TypeError, f"{flag}: expected a bool, got int (1)") for flag in FLAGS]
     assert FLAGS == ("norm_first", "bias", "tied_embeddings", "causal", "embedding_norm", "final_norm",
-                     "pooler", "lm_head")
+                     "pooler", "lm_head", "fused")
     for changes, exc, message in cases:
         assert error_message(lambda: ModelConfig(**{**BASE, **changes}), exc=exc) == message, changes
     for ok in (dict(n_token_types=0), dict(n_experts=0, top_k=5), dict(n_experts=2, top_k=2),

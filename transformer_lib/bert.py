@@ -25,15 +25,16 @@ from transformer_lib import loading
 from transformer_lib._checks import require_bool, require_ids, require_instance, require_tensor
 from transformer_lib.block import TransformerBlock, make_norm
 from transformer_lib.config import ModelConfig
+from transformer_lib.hooks import attached
 from transformer_lib.positional import LearnedPositionalEmbedding
 from transformer_lib.wordpiece import WordPiece
 
 __all__ = ["BertOutput", "BertEncoder", "check_bert_config", "bert_config", "bert_tensors", "bert_key",
            "mean_pool", "key_mask", "minilm_dir", "load_minilm", "tokenize"]
 
-ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                "relu": "relu"}  # Hugging Face's hidden_act -> our mlp
-LAYER_NAMES = (("attn.q_proj", "attention.self.query"), ("attn.k_proj", "attention.self.key"),
+HF_LAYER_KEYS = (("attn.q_proj", "attention.self.query"), ("attn.k_proj", "attention.self.key"),
                ("attn.v_proj", "attention.self.value"), ("attn.out_proj", "attention.output.dense"),
                ("norm1", "attention.output.LayerNorm"), ("mlp.fc1", "intermediate.dense"),
                ("mlp.fc2", "output.dense"), ("norm2", "output.LayerNorm"))
@@ -84,15 +85,15 @@ def bert_config(hf: Mapping | object, pooler: bool = True) -> ModelConfig:
     if d is None:
         raise TypeError(f"hf: expected a BertConfig or a dict, got {type(hf).__name__}")
     act = d.get("hidden_act", "gelu")
-    if act not in ACTIVATIONS:
-        raise ValueError(f"hf['hidden_act']: expected one of {sorted(ACTIVATIONS)}, got {act!r}")
+    if act not in HF_ACTIVATIONS:
+        raise ValueError(f"hf['hidden_act']: expected one of {sorted(HF_ACTIVATIONS)}, got {act!r}")
     if d.get("position_embedding_type", "absolute") != "absolute":
         raise ValueError(f"hf['position_embedding_type']: expected 'absolute', "
                          f"got {d['position_embedding_type']!r}")
     return ModelConfig(vocab_size=d["vocab_size"], n_ctx=d["max_position_embeddings"],
                        d_model=d["hidden_size"], n_layers=d["num_hidden_layers"],
                        n_heads=d["num_attention_heads"], d_ff=d["intermediate_size"],
-                       mlp=ACTIVATIONS[act], norm_first=False, causal=False,
+                       mlp=HF_ACTIVATIONS[act], norm_first=False, causal=False,
                        norm_eps=d.get("layer_norm_eps", 1e-12),
                        n_token_types=d.get("type_vocab_size", 2), embedding_norm=True,
                        final_norm=False, pooler=require_bool("pooler", pooler), lm_head=False)
@@ -110,14 +111,6 @@ def mean_pool(hidden: Tensor, attention_mask: Tensor | None = None) -> Tensor:
                          f"got {tuple(attention_mask.shape)}")
     w = attention_mask.to(hidden.dtype).unsqueeze(-1)                    # (b, n, 1)
     return (hidden * w).sum(dim=1) / w.sum(dim=1).clamp(min=1e-9)
-
-
-def _post_norm(block: TransformerBlock, x: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
-    """One post-norm block that also returns its attention weights: ``(b, n, d) ->
-    ((b, n, d), (b, h, n, n))``; the same sums as ``block(x, mask)``. Chapter 5."""
-    a, weights = block.attn(x, mask=mask, return_weights=True)
-    x1 = block.norm1(x + a)
-    return block.norm2(x1 + block.mlp(x1)), weights
 
 
 def key_mask(attention_mask: Tensor | None, ids: Tensor) -> Tensor | None:
@@ -152,7 +145,8 @@ class BertEncoder(nn.Module):
         self.emb_norm = make_norm("layernorm", c.d_model, c.norm_eps)
         self.blocks = nn.ModuleList(
             TransformerBlock(c.d_model, c.n_heads, c.d_ff, norm_first=False, activation=c.mlp,
-                             causal=False, norm_eps=c.norm_eps) for _ in range(c.n_layers))
+                             causal=False, norm_eps=c.norm_eps, fused=c.fused)
+            for _ in range(c.n_layers))
         if c.pooler:
             self.pooler = nn.Linear(c.d_model, c.d_model)
 
@@ -190,11 +184,12 @@ class BertEncoder(nn.Module):
         x = self.embed(ids, token_type_ids)
         mask = key_mask(attention_mask, ids)
         hidden, attentions = [x], []
-        for block in self.blocks:
-            x, w = _post_norm(block, x, mask)
-            hidden.append(x)
-            if return_attention:
-                attentions.append(w)
+        patterns = {f"blocks.{l}.attn.hook_pattern": lambda w, _name: attentions.append(w)
+                    for l in range(len(self.blocks))} if return_attention else {}
+        with attached(self, patterns):     # a hook on the pattern: the explicit path
+            for block in self.blocks:
+                x = block(x, mask=mask)
+                hidden.append(x)
         pooled = torch.tanh(self.pooler(x[:, 0])) if self.config.pooler else None
         return BertOutput(x, tuple(hidden), tuple(attentions), pooled)
 
@@ -211,7 +206,7 @@ class BertEncoder(nn.Module):
 def bert_key(name: str) -> str:
     """Hugging Face's `BertModel` key of one of our parameter names, e.g.
     ``blocks.0.mlp.fc1.weight -> encoder.layer.0.intermediate.dense.weight``. Chapter 9."""
-    return loading._renamed(name, LAYER_NAMES, TOP_NAMES, "encoder.layer.")
+    return loading._renamed(name, HF_LAYER_KEYS, TOP_NAMES, "encoder.layer.")
 
 
 def bert_tensors(state_dict: Mapping[str, Tensor],
@@ -238,7 +233,7 @@ def _used_keys(c: ModelConfig) -> set[str]:
     """The Hugging Face keys a config's encoder reads. Chapter 9."""
     top = {k for k in TOP_NAMES if (c.n_token_types or not k.startswith("type_emb"))
            and (c.pooler or not k.startswith("pooler"))}
-    layers = {f"blocks.{i}.{ours}.{p}" for i in range(c.n_layers) for ours, _ in LAYER_NAMES
+    layers = {f"blocks.{i}.{ours}.{p}" for i in range(c.n_layers) for ours, _ in HF_LAYER_KEYS
               for p in ("weight", "bias")}
     return {bert_key(name) for name in top | layers}
 

@@ -13,6 +13,7 @@ reusing the keys and values stored by each layer. `GPT.from_gpt2_state_dict` and
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 import torch
 from torch import Tensor, nn
 
@@ -23,7 +24,7 @@ from transformer_lib.block import TransformerBlock, make_norm
 from transformer_lib.config import ModelConfig
 from transformer_lib.moe import moe_block
 from transformer_lib.positional import LearnedPositionalEmbedding, sinusoidal_encoding
-from transformer_lib.stream import Stream, through_block
+from transformer_lib.stream import Stream, recording
 
 __all__ = ["GPT"]
 
@@ -36,7 +37,8 @@ def _make_norm(c: ModelConfig) -> nn.Module:
 
 
 def _check_decoder_config(config: object) -> None:
-    """GPT builds decoder-only LMs; encoder extras (BERT) are for counting only. Chapter 7."""
+    """GPT builds decoder-only LMs: the encoder extras (token types, pooler, no LM head) are
+    `BertEncoder`'s. Chapter 7."""
     require_instance("config", config, ModelConfig, "a ModelConfig")
     wanted = {"causal": True, "n_token_types": 0, "pooler": False, "lm_head": True}
     for field, value in wanted.items():
@@ -52,7 +54,7 @@ def _make_block(c: ModelConfig, residual: bool) -> TransformerBlock:
     kwargs = dict(norm_first=c.norm_first, activation=c.mlp, causal=True, bias=c.bias,
                   norm=c.norm, n_kv_heads=c.n_kv_heads, rope=c.positional == "rope",
                   rope_base=c.rope_base, alibi=c.positional == "alibi", norm_eps=c.norm_eps,
-                  residual=residual)
+                  residual=residual, fused=c.fused)
     if c.moe:
         return moe_block(c.d_model, c.n_heads, c.n_experts, c.top_k, c.d_ff,
                          c.capacity_factor, **kwargs)
@@ -128,8 +130,8 @@ class GPT(nn.Module):
 
     def _inputs(self, idx: object, cache: Cache | None,
                 positions: Tensor | None) -> tuple[Tensor, bool, Tensor]:
-        """Validate ids, cache and positions: ``-> (idx (b, n), unbatched, positions (b, n))``,
-        positions by default ``t, …, t + n − 1`` after t cached tokens. Chapter 7."""
+        """The checks of `forward`'s inputs: ids, cache and positions ``-> (idx (b, n), unbatched,
+        positions (b, n))``, positions by default ``t, …, t + n − 1`` after t cached tokens."""
         idx, unbatched = self._check_idx(idx)
         c, n = self.config, idx.shape[1]
         t = self._cache_len(cache)
@@ -167,10 +169,11 @@ class GPT(nn.Module):
         `return_stream=True` returns `(logits, Stream(states, writes))`. Chapters 4 and 7.
         """
         idx, unbatched, positions = self._inputs(idx, cache, positions)
-        x = self.embed(idx, positions)
+        x = self.embed(idx, positions)                               # (b, n, d)
         stream = Stream([x], []) if require_bool("return_stream", return_stream) else None
-        for i, block in enumerate(self.blocks):
-            x = through_block(block, x, None if cache is None else cache[i], stream, positions)
+        with nullcontext() if stream is None else recording(self.blocks, stream):
+            for i, block in enumerate(self.blocks):
+                x = block(x, cache=None if cache is None else cache[i], positions=positions)
         logits = self.lm_head(self.norm_f(x))                        # (b, n, V)
         if stream is None:
             return logits[0] if unbatched else logits
