@@ -473,3 +473,19 @@ def test_config_documented_defaults_and_derived_sizes():
     assert (c.rope_base, c.n_experts, c.top_k, c.capacity_factor, c.moe) == (10000.0, 0, 2, None, False)
     g = ModelConfig(**{**BASE, "n_kv_heads": 2, "n_experts": 4})
     assert (g.d_head, g.kv_dim, g.n_groups, g.moe) == (4, 8, 2, True)
+
+
+# ----------------------------------------------------------------------------- low precision
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("top_k", [None, 10])
+def test_sampling_probabilities_are_computed_in_float32_for_half_precision_logits(dtype, top_k):
+    """Half-precision logits are sampled as their float32 values: divided by the temperature,
+    filtered and turned into probabilities in float32, so the draws are those of the float32
+    logits with the same generator. Divided in half precision first, 20 000 draws would differ
+    in some rows."""
+    logits = (3 * torch.randn(20_000, 50, generator=torch.Generator().manual_seed(0))).to(dtype)
+
+    def draws(t):
+        return GPT._sample(t, 0.7, top_k, torch.Generator().manual_seed(1))
+    assert torch.equal(draws(logits), draws(logits.float()))
+    assert torch.equal(GPT._sample(logits, 0, None, None), logits.float().argmax(-1, keepdim=True))

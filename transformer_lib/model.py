@@ -183,10 +183,11 @@ class GPT(nn.Module):
     @staticmethod
     def _sample(logits: Tensor, temperature: float, top_k: int | None,
                 generator: torch.Generator | None) -> Tensor:
-        """`(b, V)` logits -> `(b, 1)` token ids; temperature 0 is greedy. Chapter 7."""
+        """`(b, V)` logits -> `(b, 1)` token ids; temperature 0 is greedy. Half-precision logits
+        are divided, filtered and normalised in float32. Chapter 7."""
         if temperature == 0:
             return logits.argmax(dim=-1, keepdim=True)
-        logits = logits / temperature
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature
         if top_k is not None:
             kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
             logits = logits.masked_fill(logits < kth, float("-inf"))
