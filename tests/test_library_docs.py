@@ -35,7 +35,8 @@ MODULES = ["embedding", "attention", "multihead", "block", "stream", "positional
            "efficient", "vision", "corpus", "bpe", "tokenizer", "wordpiece"]
 MAX_LINES = 300
 
-CHAPTER_END = re.compile(r"Chapters? \d+(?:(?:, \d+)* and \d+|–\d+)?\.\s*$")
+CHAPTER_END = re.compile(r"(?:Chapters? \d+(?:(?:, \d+)* and \d+|–\d+)?(?:, through\s+`[\w.]+`)?"
+                         r"|Library: no chapter names it)\.\s*$")
 SHAPE = re.compile(r"->|\((?:…|\.\.\.|[^()]*,[^()]*)\)")
 
 
@@ -144,22 +145,21 @@ def test_code_lines_leave_out_docstrings_only(tmp_path):
 
 
 # ----------------------------------------------------------------------------- chapter tags
-CHAPTER_TAG = re.compile(r"Chapters? (\d+(?:(?:, \d+)* and \d+|–\d+)?)\.\s*$")
+CHAPTER_TAG = re.compile(r"Chapters? (\d+(?:(?:, \d+)* and \d+|–\d+)?)(?:, through\s+`([\w.]+)`)?\.\s*$")
+APPENDICES = {10: "appendix_beyond_words", 11: "appendix_tokens"}  # numbered as in __init__'s map
 
 
-def _chapters_of(doc: str) -> set[int]:
-    """The chapters a docstring's closing tag names: "Chapters 3–4." -> {3, 4}."""
+def _tag(doc: str) -> tuple[set[int], str | None]:
+    """The chapters a docstring's closing tag names and the symbol it goes through, if any:
+    "Chapters 3–4." -> ({3, 4}, None); "Chapter 11, through `Tokenizer`." -> ({11}, "Tokenizer")."""
     tag = CHAPTER_TAG.search(doc or "")
     if not tag:
-        return set()
+        return set(), None
     text = tag.group(1)
     if "–" in text:
         first, last = map(int, text.split("–"))
-        return set(range(first, last + 1))
-    return {int(n) for n in re.findall(r"\d+", text)}
-
-
-APPENDICES = {10: "appendix_beyond_words", 11: "appendix_tokens"}  # numbered as in __init__'s map
+        return set(range(first, last + 1)), tag.group(2)
+    return {int(n) for n in re.findall(r"\d+", text)}, tag.group(2)
 
 
 @functools.cache
@@ -169,32 +169,74 @@ def _chapter_source(n: int) -> str:
     return "\n".join(cell.source for cell in nbformat.read(path, as_version=4).cells)
 
 
-def _named_in(qualified: str, text: str) -> bool:
-    """A function or class by its name; a method by ``.name`` or its class's name with it
-    (``GPT.generate``); ``forward`` by a call of its class (the class named)."""
+def _named_in(qualified: str, text: str, prop: bool = False) -> bool:
+    """A function or class by its name; a method by ``Class.name`` or a call ``.name(`` (a
+    property, ``prop``, by ``.name``); ``forward`` by its class's name (calling a module is
+    calling its forward)."""
     cls, _, attr = qualified.rpartition(".")
     if not cls:
         return re.search(rf"\b{re.escape(attr)}\b", text) is not None
     if attr == "forward":
         return re.search(rf"\b{re.escape(cls)}\b", text) is not None
-    return re.search(rf"\.{re.escape(attr)}\b|\b{re.escape(cls)}\.{re.escape(attr)}\b", text) is not None
+    call = r"\b" if prop else r"\("
+    return re.search(rf"\.{re.escape(attr)}{call}|\b{re.escape(cls)}\.{re.escape(attr)}\b", text) is not None
 
 
-def test_chapter_tags_name_chapters_that_use_the_symbol():
-    """A tag "Chapter N." is a promise that chapter N uses or names the symbol: checked for
-    every public symbol of every module against the chapter's notebook."""
+@functools.cache
+def _library() -> dict[str, tuple[object, object]]:
+    """Every function and class of the library's modules by name -> (object, its module)."""
+    found = {}
+    for name in MODULES:
+        module = importlib.import_module(f"transformer_lib.{name}")
+        for n, o in vars(module).items():
+            if (inspect.isfunction(o) or inspect.isclass(o)) and o.__module__ == module.__name__:
+                found.setdefault(n, (o, module))
+    return found
+
+
+def _runs(through: str, qualified: str) -> bool:
+    """``through``'s code names ``qualified``, directly or in a private helper of its module
+    that it calls."""
+    obj, module = _library()[through]
+    source = inspect.getsource(obj)
+    helpers = [inspect.getsource(o) for n, o in vars(module).items()
+               if n.startswith("_") and inspect.isfunction(o) and re.search(rf"\b{n}\(", source)]
+    return any(_named_in(qualified, text) for text in [source, *helpers])
+
+
+def _false_tags() -> list[str]:
     false = []
     for name in MODULES:
         module = importlib.import_module(f"transformer_lib.{name}")
         for qualified, doc, _ in _documented(module):
-            missing = [n for n in sorted(_chapters_of(doc)) if not _named_in(qualified, _chapter_source(n))]
-            if missing:
-                false.append(f"{name}.{qualified}: {missing}")
-    assert not false, f"{len(false)} chapter tags name a chapter that never uses the symbol: {false}"
+            chapters, through = _tag(doc)
+            owner, _, attr = qualified.rpartition(".")
+            prop = bool(owner) and isinstance(vars(getattr(module, owner)).get(attr), property)
+            named = {n for n in range(1, 12) if _named_in(qualified, _chapter_source(n), prop)}
+            if "Library: no chapter names it." in (doc or "") and named:
+                false.append(f"{name}.{qualified}: 'no chapter' but named in {sorted(named)}")
+            elif through is None and chapters - named:
+                false.append(f"{name}.{qualified}: not named in chapters {sorted(chapters - named)}")
+            elif through is not None and (through not in _library() or not _runs(through, qualified)
+                                          or not all(_named_in(through, _chapter_source(n)) for n in chapters)):
+                false.append(f"{name}.{qualified}: not run through `{through}` named in {sorted(chapters)}")
+    return false
+
+
+def test_chapter_tags_name_chapters_that_use_the_symbol():
+    """A tag is a promise, checked for every public symbol against the notebooks: "Chapter N."
+    says chapter N names the symbol; "Chapter N, through `f`." that chapter N names f and f's
+    code calls the symbol; "Library: no chapter names it." that no chapter does."""
+    false = _false_tags()
+    assert not false, f"{len(false)} chapter tags that are not true: {false}"
 
 
 def test_chapter_tag_rule_rejects_what_it_should():
-    assert _chapters_of("Text. Chapters 3–4.") == {3, 4} and _chapters_of("Chapters 2, 5 and 7.") == {2, 5, 7}
+    assert _tag("Text. Chapters 3–4.") == ({3, 4}, None) and _tag("Chapters 2, 5 and 7.") == ({2, 5, 7}, None)
+    assert _tag("Chapter 11, through `Tokenizer`.") == ({11}, "Tokenizer")
     assert _named_in("GPT.generate", "model.generate(ids, 5)") and not _named_in("GPT.generate", "generated text")
     assert _named_in("apply_rope", "q = apply_rope(q)") and not _named_in("apply_rope", "apply_ropes")
     assert _named_in("GPT.forward", "model = GPT(config)") and not _named_in("GPT.forward", "a forward pass")
+    assert _named_in("ModelConfig.d_head", "c.d_head * 2", prop=True) and not _named_in("ModelConfig.d_head", "c.d_head")
+    assert _runs("TransformerBlock", "make_norm") and not _runs("TransformerBlock", "apply_rope")
+    assert _runs("run_with_cache", "attached")           # through the private _run

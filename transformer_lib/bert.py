@@ -52,7 +52,7 @@ class BertOutput(NamedTuple):
     """What `BertEncoder` returns: ``last`` ``(b, n, d)``; ``hidden`` the L + 1 states
     ``(b, n, d)`` (embeddings, then after each block); ``attentions`` the L weight tensors
     ``(b, h, n, n)`` (empty unless asked for); ``pooled`` ``(b, d)``, tanh of a linear map
-    of the first token ([CLS]), or None without a pooler. Chapter 5."""
+    of the first token ([CLS]), or None without a pooler. Library: no chapter names it."""
 
     last: Tensor
     hidden: tuple[Tensor, ...]
@@ -63,7 +63,7 @@ class BertOutput(NamedTuple):
 def check_bert_config(config: ModelConfig) -> None:
     """Reject configs whose layout differs from BERT's: bidirectional, post-norm LayerNorm
     with biases, learned positions, an embedding norm, no final norm, no LM head, no GQA,
-    no experts, an MLP that is not SwiGLU. Chapter 9."""
+    no experts, an MLP that is not SwiGLU. Chapter 9, through `BertEncoder`."""
     require_instance("config", config, ModelConfig, "a ModelConfig")
     wanted = {"causal": False, "norm_first": False, "norm": "layernorm", "bias": True,
               "positional": "learned", "embedding_norm": True, "final_norm": False,
@@ -80,7 +80,7 @@ def check_bert_config(config: ModelConfig) -> None:
 def bert_config(hf: Mapping | object, pooler: bool = True) -> ModelConfig:
     """The `ModelConfig` of a Hugging Face BERT config (a `transformers.BertConfig` or the
     dict of a ``config.json``); ``pooler`` says whether the model has the [CLS] pooler
-    (`BertModel`'s ``add_pooling_layer``). Chapters 5 and 9."""
+    (`BertModel`'s ``add_pooling_layer``). Chapters 9 and 11."""
     d = dict(hf) if isinstance(hf, Mapping) else hf.to_dict() if hasattr(hf, "to_dict") else None
     if d is None:
         raise TypeError(f"hf: expected a BertConfig or a dict, got {type(hf).__name__}")
@@ -101,7 +101,7 @@ def bert_config(hf: Mapping | object, pooler: bool = True) -> ModelConfig:
 
 def mean_pool(hidden: Tensor, attention_mask: Tensor | None = None) -> Tensor:
     """Average of the token vectors that are not padding: ``(b, n, d), (b, n) -> (b, d)``
-    (sentence-transformers' pooling; a mask of all ones averages every token). Chapter 1."""
+    (sentence-transformers' pooling; a mask of all ones averages every token). Library: no chapter names it."""
     if require_tensor("hidden", hidden).dim() != 3:
         raise ValueError(f"hidden: expected shape (batch, n, d), got {tuple(hidden.shape)}")
     if attention_mask is None:
@@ -115,7 +115,7 @@ def mean_pool(hidden: Tensor, attention_mask: Tensor | None = None) -> Tensor:
 
 def key_mask(attention_mask: Tensor | None, ids: Tensor) -> Tensor | None:
     """Hugging Face's attention mask ``(b, n)`` (1 token, 0 padding) as the attention's
-    boolean mask over keys ``(b, 1, 1, n)``; None stays None. Chapters 1 and 5."""
+    boolean mask over keys ``(b, 1, 1, n)``; None stays None. Library: no chapter names it."""
     if attention_mask is None:
         return None
     require_tensor("attention_mask", attention_mask)
@@ -131,7 +131,7 @@ class BertEncoder(nn.Module):
     Submodules: `tok_emb` (V×d), `pos_emb` (a `LearnedPositionalEmbedding`, n_ctx×d),
     `type_emb` (token types×d, only when ``config.n_token_types``), `emb_norm`, `blocks` (L
     post-norm `TransformerBlock`s, bidirectional), `pooler` (d→d, only with ``config.pooler``).
-    Chapters 1, 5 and 9.
+    Chapter 9.
     """
 
     def __init__(self, config: ModelConfig) -> None:
@@ -152,7 +152,7 @@ class BertEncoder(nn.Module):
 
     def embed(self, ids: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
         """The input vectors, before any attention: ``(b, n) -> (b, n, d)``; a token's vector
-        depends only on its id, its position and its type, never on its neighbours. Chapter 1."""
+        depends only on its id, its position and its type, never on its neighbours. Library: no chapter names it."""
         c = self.config
         require_ids("ids", ids, c.vocab_size, "vocab_size")
         if ids.dim() != 2:
@@ -178,7 +178,7 @@ class BertEncoder(nn.Module):
         """``(b, n)`` ids -> `BertOutput` (``last`` ``(b, n, d)``, L + 1 ``hidden`` states,
         ``attentions`` ``(b, h, n, n)`` per layer when ``return_attention``, ``pooled``
         ``(b, d)``). ``attention_mask`` ``(b, n)``: 1 for tokens, 0 for padding, which no
-        query attends to. Chapters 1 and 5.
+        query attends to. Chapter 9.
         """
         require_bool("return_attention", return_attention)
         x = self.embed(ids, token_type_ids)
@@ -198,14 +198,14 @@ class BertEncoder(nn.Module):
                              config: ModelConfig) -> "BertEncoder":
         """A `BertEncoder` holding the weights of a Hugging Face `BertModel`: each tensor,
         e.g. ``intermediate.dense.weight`` ``(d_ff, d)``, is checked against the shape the
-        config gives (tensor names: `bert_tensors`). Chapters 5 and 9."""
+        config gives (tensor names: `bert_tensors`). Chapter 5, through `load_minilm`."""
         check_bert_config(config)
         return loading.copy_tensors(cls(config), bert_tensors(state_dict, config))
 
 
 def bert_key(name: str) -> str:
     """Hugging Face's `BertModel` key of one of our parameter names, e.g.
-    ``blocks.0.mlp.fc1.weight -> encoder.layer.0.intermediate.dense.weight``. Chapter 9."""
+    ``blocks.0.mlp.fc1.weight -> encoder.layer.0.intermediate.dense.weight``. Library: no chapter names it."""
     return loading._renamed(name, HF_LAYER_KEYS, TOP_NAMES, "encoder.layer.")
 
 
@@ -214,7 +214,7 @@ def bert_tensors(state_dict: Mapping[str, Tensor],
     """Our parameter name -> (Hugging Face key, tensor) for a `BertModel`; keys with or
     without the ``bert.`` prefix. Hugging Face's BERT uses ``nn.Linear``'s ``(out, in)``
     layout and separate query/key/value, so tensors copy as they are; a tensor the config
-    does not use (a pooler with ``pooler=False``, an MLM head) is an error. Chapter 9.
+    does not use (a pooler with ``pooler=False``, an MLM head) is an error. Chapter 9, through `BertEncoder`.
     """
     require_instance("state_dict", state_dict, Mapping, "a dict of tensors")
     check_bert_config(config)
@@ -241,7 +241,7 @@ def _used_keys(c: ModelConfig) -> set[str]:
 # --------------------------------------------------------------------------- all-MiniLM-L6-v2
 def minilm_dir() -> Path:
     """The folder of the packaged all-MiniLM-L6-v2 (``config.json``, ``model.safetensors``,
-    ``tokenizer.json``); an ImportError says how to install it when it is missing. Chapter 1."""
+    ``tokenizer.json``); an ImportError says how to install it when it is missing. Chapters 9 and 11."""
     try:
         package = __import__(MINILM_PACKAGE)
     except ImportError as err:
@@ -254,7 +254,7 @@ def minilm_dir() -> Path:
 def load_minilm() -> tuple[BertEncoder, WordPiece]:
     """The trained all-MiniLM-L6-v2 in a `BertEncoder` (``eval()`` mode) and its WordPiece
     tokenizer (the course's `WordPiece`, read from the package's ``tokenizer.json``), from the
-    installed package: weights by ``safetensors``, nothing downloaded. Chapters 1, 5 and 9."""
+    installed package: weights by ``safetensors``, nothing downloaded. Chapters 1 and 5."""
     from safetensors.torch import load_file
 
     folder = minilm_dir()

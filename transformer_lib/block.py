@@ -111,7 +111,7 @@ class MLP(nn.Module):
 
 
 def make_norm(norm: str, d: int, eps: float, bias: bool = True) -> nn.Module:
-    """``"layernorm"`` -> ``LayerNorm(d, eps, bias)``, ``"rmsnorm"`` -> ``RMSNorm(d, eps)``. Chapter 3."""
+    """``"layernorm"`` -> ``LayerNorm(d, eps, bias)``, ``"rmsnorm"`` -> ``RMSNorm(d, eps)``. Chapter 3, through `TransformerBlock`."""
     require_choice("norm", norm, NORMS)
     return LayerNorm(d, eps=eps, bias=bias) if norm == "layernorm" else RMSNorm(d, eps=eps)
 

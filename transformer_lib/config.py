@@ -112,7 +112,7 @@ class ModelConfig:
 
     @property
     def d_head(self) -> int:
-        """Width of one head, d_k = d_model / n_heads. Chapter 9."""
+        """Width of one head, d_k = d_model / n_heads. Chapter 7."""
         return self.d_model // self.n_heads
 
     @property
@@ -122,5 +122,5 @@ class ModelConfig:
 
     @property
     def n_groups(self) -> int:
-        """Query heads that share one key/value head (1 = plain multi-head). Chapter 9."""
+        """Query heads that share one key/value head (1 = plain multi-head). Library: no chapter names it."""
         return self.n_heads // self.n_kv_heads

@@ -148,7 +148,7 @@ class GPT(nn.Module):
     def embed(self, idx: Tensor, positions: Tensor) -> Tensor:
         """The stream's first state: token embeddings plus learned or sinusoidal position
         vectors (none for RoPE, ALiBi and 'none'), then the embedding norm if any:
-        ids ``(b, n)`` at positions ``(b, n)`` -> ``(b, n, d)``. Chapters 4 and 7."""
+        ids ``(b, n)`` at positions ``(b, n)`` -> ``(b, n, d)``. Library: no chapter names it."""
         x = self.tok_emb(idx)                                        # (b, n, d)
         if self.config.positional == "learned":
             x = x + self.pos_emb(positions)
@@ -235,7 +235,7 @@ class GPT(nn.Module):
 
         `config` must describe GPT-2's layout (mlp='gelu_tanh' for `gelu_new`, LayerNorm with
         biases, learned positions, tied embeddings); `loading.gpt2_tensors` transposes the
-        `(in, out)` Conv1D weights and splits `c_attn` into Q, K, V. Chapter 7.
+        `(in, out)` Conv1D weights and splits `c_attn` into Q, K, V. Library: no chapter names it.
         """
         _check_decoder_config(config)
         loading.check_gpt2_config(config)
@@ -249,7 +249,7 @@ class GPT(nn.Module):
         `config` must give LLaMA's layout (mlp='swiglu', norm='rmsnorm', positional='rope')
         and the numbers no tensor carries: `n_heads`, `n_kv_heads`, `norm_eps`
         (`rms_norm_eps`) and `rope_base` (`rope_theta`). Tensor names and `(out, in)`
-        layouts: `loading.llama_tensors`. Chapters 7 and 9.
+        layouts: `loading.llama_tensors`. Library: no chapter names it.
         """
         _check_decoder_config(config)
         loading.check_llama_config(config)

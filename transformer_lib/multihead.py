@@ -112,6 +112,8 @@ class MultiHeadAttention(nn.Module):
         self.fused = fused
         for name in ("q", "k", "v", "scores", "pattern", "z", "result"):
             setattr(self, f"hook_{name}", HookPoint())
+        # the points whose activations only the explicit path computes (a plain list: not submodules)
+        self._explicit_points = [self.hook_q, self.hook_k, self.hook_v, self.hook_scores, self.hook_pattern]
 
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
@@ -180,10 +182,10 @@ class MultiHeadAttention(nn.Module):
         src = batched if context is None else context if context.ndim == 3 else context.unsqueeze(0)
         if positions is not None:
             positions = require_positions("positions", positions, batched.shape[0], batched.shape[1])
-        h, h_kv = self.n_heads, self.n_kv_heads
-        q = self.hook_q(self.q_proj(batched).unflatten(-1, (h, self.d_k))).transpose(1, 2)
-        k = self.hook_k(self.k_proj(src).unflatten(-1, (h_kv, self.d_k))).transpose(1, 2)
-        v = self.hook_v(self.v_proj(src).unflatten(-1, (h_kv, self.d_k))).transpose(1, 2)
+        (b, n, _), m, h, h_kv = batched.shape, src.shape[1], self.n_heads, self.n_kv_heads
+        q = self.hook_q(self.q_proj(batched).view(b, n, h, self.d_k)).transpose(1, 2)
+        k = self.hook_k(self.k_proj(src).view(b, m, h_kv, self.d_k)).transpose(1, 2)
+        v = self.hook_v(self.v_proj(src).view(b, m, h_kv, self.d_k)).transpose(1, 2)
         q, k, v, q_pos, k_pos = self._extend_cache(q, k, v, cache, positions)  # (b, h, n, d_k) …
         # the fused kernel's own causal flag (top-left aligned) serves when nothing else masks
         is_causal = fused and self.causal and mask is None and not self.alibi and q.shape[-2] == k.shape[-2]
@@ -209,8 +211,7 @@ class MultiHeadAttention(nn.Module):
         """The one place that chooses the path: the fused kernel unless ``fused`` is False, the
         weights are asked for, a hook reads q, k, v, the scores or the pattern, or torch is
         counting or transforming (``_torch_state``). Chapter 9."""
-        if not self.fused or return_weights or any(p.active for p in (
-                self.hook_q, self.hook_k, self.hook_v, self.hook_scores, self.hook_pattern)):
+        if not self.fused or return_weights or any(p._forward_hooks for p in self._explicit_points):
             return False
         return not (_torch_state.dispatch_mode_active() or _torch_state.transform_active())
 

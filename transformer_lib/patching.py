@@ -62,7 +62,7 @@ class Patch(NamedTuple):
 
 def activation_names(model: nn.Module) -> list[str]:
     """Every name a run can cache or patch, in the order of the forward pass.
-    Chapters 4, 5 and 7."""
+    Chapter 5, through `patch_each_head`."""
     names = list(hook_points(model))
     if not names:
         raise TypeError(f"model: expected a model with hook points (a GPT, a BertEncoder or one "
@@ -189,7 +189,7 @@ def run_with_patch(model: nn.Module, idx: Tensor, patches: dict, *,
     (replaces some positions and heads by those of its source) or a function ``f(act, name)``
     of the activation and its name returning the new value (``lambda z, name: 0 * z`` ablates
     every head). Whatever reads the activation later in the pass reads the new value.
-    Chapters 4 and 7."""
+    Chapter 4."""
     require_instance("patches", patches, dict, "a dict")
     return _run(model, idx, patches, None, None, attention_mask, token_type_ids)
 

@@ -43,7 +43,7 @@ class Stream(NamedTuple):
 
     def unbatched(self) -> "Stream":
         """The same stream with the batch dimension of size 1 dropped: ``(1, n, d) -> (n, d)``.
-        Chapter 4."""
+        Chapter 4, through `GPT`."""
         return Stream([s[0] for s in self.states], [w[0] for w in self.writes])
 
 
@@ -54,7 +54,7 @@ def recording(blocks: Iterable[nn.Module], stream: Stream) -> Iterator[None]:
     its two writes (``writes``), all ``(b, n, d)``, read at the blocks' own hook points
     ``hook_attn_out``, ``hook_resid_mid``, ``hook_mlp_out`` and ``hook_resid_post``; so they are
     the block's own values in all four variants (pre/post-norm, with or without residuals).
-    Chapter 4.
+    Chapter 4, through `GPT`.
     """
     where = {"hook_attn_out": stream.writes, "hook_resid_mid": stream.states,
              "hook_mlp_out": stream.writes, "hook_resid_post": stream.states}
