@@ -8,7 +8,13 @@ Every architectural choice comes from a `ModelConfig`, so the same class builds 
 grouped-query attention, no biases, untied unembedding). `generate` samples one token at a
 time; with `use_cache=True` it runs the prompt once and then feeds only the newest token,
 reusing the keys and values stored by each layer. `GPT.from_gpt2_state_dict` and
-`GPT.from_llama_state_dict` load Hugging Face weights (`transformer_lib.loading`). Chapter 7.
+`GPT.from_llama_state_dict` load Hugging Face weights (`transformer_lib.loading`).
+
+To read the forward pass, start with Chapter 7's `my_gpt`, the same computation written out in
+one function; here it runs `GPT.forward` -> `TransformerBlock.forward` (block.py) ->
+`MultiHeadAttention.forward` (multihead.py), which ends in the attention product. The hook
+points met on the way (`transformer_lib.hooks`) are identities unless a run registers on them.
+Chapter 7.
 """
 from __future__ import annotations
 
