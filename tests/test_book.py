@@ -3,7 +3,7 @@
 The build is `_build/html`, as `make book` makes it, built once per test session with every page
 read from a fresh Sphinx environment (`tests/book_build.py`, shared with the browser suite); the
 execution cache (`_build/.jupyter_cache`, set in `_config.yml`) is shared with `make book`, so a
-notebook is re-executed only when it changed. A second, tiny book proves that a failing cell
+notebook is re-executed only when it, the library or a pin changed (scripts/execute_book.py). A second, tiny book proves that a failing cell
 fails the build.
 """
 from __future__ import annotations

@@ -47,6 +47,9 @@ LAST = {CH3: "cfg = BertConfig()", CH4: "share = dla.values[:, mask]", CH5: 'out
         CH9: "def minimal(q, k, v)", APP: "n_err, w_err = 512, 32", TOK: "def wordpiece_by_hand"}
 SKIP = {CH4: (), CH6: (), CH7: ("steps=900, lr=6e-3", 'glue("val_loss"', "def line_stats", 'glue("sample_words"'), CH3: (),
         CH5: (), CH8: (), CH9: (), APP: (), TOK: ("starts = [0, 900_000", 'glue("n_slices"')}
+# the scaling appendix: its cells up to the comparison with the papers (the rerun of two points included)
+SCA = "appendix_scaling"
+LAST[SCA], SKIP[SCA] = "CHINCHILLA_A, KAPLAN_A = ", ()
 
 
 def _is_figure(cell) -> bool:
@@ -1070,6 +1073,40 @@ BROKEN = {
                                                                         "for end in range(start + 1, len(word) + 1):")]),
               ("def wordpiece_by_hand", [])],
         "assert all(wordpiece_by_hand(w, wordpiece.vocab) == wordpiece.tokenize_word(w)"),
+
+    # --- Appendix: what the FLOPs buy
+    "S N: the position table counted in N": (
+        SCA, [("lib:transformer_lib.scaling:non_embedding_params", [('- parts["embedding"] - parts["positional"]',
+                                                                    '- parts["embedding"]')]),
+              ("def n_from_scratch(d", [])],
+        "assert n_from_scratch(d) == non_embedding_params(config)"),
+    "S 6N: the token table counted in N": (
+        SCA, [("lib:transformer_lib.scaling:non_embedding_params", [('- parts["embedding"] - parts["positional"]',
+                                                                    '- parts["positional"]')]),
+              ("config = sweep_config(32)", [])],
+        "assert counted == tokens * (6 * N"),
+    "S rerun: D computed as C/(2N)": (
+        SCA, [("lib:transformer_lib.scaling:steps_for", [("budget / (6 * n_params)", "budget / (2 * n_params)")]),
+              ("TOL = 0.005", [])],
+        'assert all(p["steps"] == sweep["steps"][i]'),
+    "S minima: the fit ignores every seed but the first": (
+        SCA, [("lib:transformer_lib.scaling:isoflop_optima", [(
+            'rows = np.arange(len(sweep["budget"])) if rows is None else np.asarray(rows)',
+            'rows = np.flatnonzero(sweep["seed"] == 0) if rows is None else np.asarray(rows)')]),
+              ("inside, between = [], []", [])],
+        "assert min(own) < n_c < max(own)"),
+    "S papers: the power law fitted the wrong way round (log C on log N)": (
+        SCA, [("lib:transformer_lib.scaling:power_law", [(
+            "np.polyfit(np.log(np.asarray(budgets, float)), np.log(np.asarray(values, float)), 1)",
+            "np.polyfit(np.log(np.asarray(values, float)), np.log(np.asarray(budgets, float)), 1)")]),
+              ("a, k_n = power_law(budgets, n_opt)", []), ("CHINCHILLA_A, KAPLAN_A = ", [])],
+        "assert abs(a_low - KAPLAN_A) < 0.05"),
+    "S surface: N_opt's exponent α/(α+β) instead of β/(α+β)": (
+        SCA, [("lib:transformer_lib.scaling:parametric_optimum", [(
+            '(require_positive("budget", budget) / 6) ** (beta / (alpha + beta))',
+            '(require_positive("budget", budget) / 6) ** (alpha / (alpha + beta))')]),
+              ("fit = parametric_fit(", [])],
+        "assert all(0.75 < q / p < 1.35"),
 }
 
 

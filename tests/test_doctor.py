@@ -59,7 +59,7 @@ def test_broken_items_are_named_with_their_fix(tmp_path):
     assert code == 1
     assert items["python"][0] == "ok"
     status, text = items["torch"]
-    assert status == "FAIL" and "2.14.1" in text and "install --force-reinstall torch==2.13.0" in text
+    assert status == "FAIL" and "2.14.1" in text and "install --force-reinstall --no-deps -r requirements/torch.txt" in text
     status, text = items["pinned packages"]
     assert status == "FAIL" and re.search(r"numpy 0\.0\.1 \(pinned [\d.]+\)", text) and "torch" not in text
     assert "install -r requirements.txt" in text
@@ -96,3 +96,22 @@ def test_python_and_assets_checks(tmp_path):
     (vendor / "NOTICE.txt").write_text("\n".join(lines[1:]) + "\n")
     stale = doctor.check_assets(tmp_path)
     assert stale.status == "FAIL" and next(iter(deps)) in stale.detail and "vendor_assets.py" in stale.fix
+
+
+def test_a_cuda_build_is_named_and_its_fix_installs_the_cpu_build_and_removes_the_gpu_libraries(monkeypatch):
+    """A CUDA build of the right version fails; the fix reinstalls torch from requirements/torch.txt
+    (the command `make install` runs, whose resolution tests/test_install.py checks) and uninstalls
+    the GPU libraries the CUDA build brought."""
+    import torch
+
+    monkeypatch.chdir(REPO)
+    assert doctor.check_torch().status == "ok"
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(doctor, "cuda_leftovers", lambda: ["nvidia-cublas-cu12", "triton"])
+    item = doctor.check_torch()
+    assert item.status == "FAIL" and "CUDA 12.8 build" in item.detail and "the CPU build" in item.detail
+    install, uninstall = item.fix.split(" && ")
+    assert install.endswith("-m pip install --force-reinstall --no-deps -r requirements/torch.txt")
+    assert uninstall.endswith("-m pip uninstall -y nvidia-cublas-cu12 triton")
+    makefile = (REPO / "Makefile").read_text()
+    assert "pip install --quiet --no-deps -r requirements/torch.txt" in makefile

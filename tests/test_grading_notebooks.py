@@ -1,9 +1,10 @@
 """Every exercise notebook graded as an instructor grades it: through the command line, sandboxed.
 
 Per notebook one grading run takes the instructor version handed in as a student would (full
-marks), the released student version (zero), and the attacks of ``submissions/attacks.py`` on that
-chapter: each scores 0 on the checks it attacks and exactly the honest points elsewhere, and the class
-report lists the submissions whose code the grader refused. Without a working bubblewrap these tests
+marks), the released student version (zero), and the attacks of ``submissions/attacks.py`` and
+``submissions/attacks_static.py`` on that chapter: each scores 0 on the checks it attacks and exactly
+the honest points elsewhere, and the class report lists the submissions whose code the grader refused
+(for those of ``attacks_static.py``, with the cell and line of the refused code). Without a working bubblewrap these tests
 are skipped, unless GRADING_SANDBOX_REQUIRED=1 (as in CI).
 """
 from __future__ import annotations
@@ -18,11 +19,15 @@ import sys
 import pytest
 
 from repo_paths import REPO
-from submissions.attacks import ATTACKS
+from submissions import attacks_static
+from submissions.attacks import ATTACKS as RUNTIME_ATTACKS
 from submissions.helpers import as_handed_in, substitute
 from transformer_lib.grading import sandbox
 from transformer_lib.grading.notebook import check_cells, dumps, grade_id, read, release
 
+ATTACKS = {stem: {**RUNTIME_ATTACKS.get(stem, {}), **{name: (edit, attacked) for name, (edit, attacked, _) in
+                                                     attacks_static.ATTACKS.get(stem, {}).items()}}
+           for stem in {*RUNTIME_ATTACKS, *attacks_static.ATTACKS}}
 STEMS = sorted(p.stem for p in (REPO / "exercises" / "source").glob("*.ipynb"))
 WHY = sandbox.probe()
 if WHY is not None and os.environ.get("GRADING_SANDBOX_REQUIRED") == "1":
@@ -41,8 +46,9 @@ def _grade(stem: str, folder) -> tuple:
     subs.mkdir()
     (subs / "correct.ipynb").write_text(dumps(as_handed_in(instructor)), encoding="utf-8")
     (subs / "blank.ipynb").write_text(dumps(release(instructor)), encoding="utf-8")
-    for name, (edits, _) in ATTACKS.get(stem, {}).items():
-        (subs / f"{_slug(name)}.ipynb").write_text(dumps(as_handed_in(substitute(instructor, edits))), encoding="utf-8")
+    for name, (edit, _) in ATTACKS.get(stem, {}).items():
+        nb = edit(instructor) if callable(edit) else substitute(instructor, edit)
+        (subs / f"{_slug(name)}.ipynb").write_text(dumps(as_handed_in(nb)), encoding="utf-8")
     result = subprocess.run([sys.executable, "-m", "transformer_lib.grading", "grade", str(source), str(subs),
                              "--out", str(out), "--jobs", "2", "--sandbox", "bwrap", "--quiet", "--cell-timeout", "120",
                              "--timeout", "600"], cwd=REPO, capture_output=True, text=True, timeout=1200)
@@ -95,6 +101,16 @@ def test_the_class_report_lists_the_refused_submissions(graded):
         for name in refused:
             assert _slug(name) in report
     assert "Graded in the sandbox" in report
+
+
+def test_the_class_report_names_the_cell_and_line_of_each_static_attack(graded):
+    stem, _, _, out = graded
+    report = (out / "class_report.md").read_text()
+    for name, (_, _, marker) in attacks_static.ATTACKS.get(stem, {}).items():
+        handed_in = read(out.parent / f"{stem}_subs" / f"{_slug(name)}.ipynb")
+        cell, line = next((c, n) for c, cell in enumerate(handed_in.cells)
+                          for n, text in enumerate(cell.source.splitlines(), 1) if marker in text)
+        assert f"| {_slug(name)} | cell {cell + 1}, line {line} |" in report, (name, cell + 1, line)
 
 
 def test_a_hidden_test_sends_nothing_back(every_run):

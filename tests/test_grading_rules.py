@@ -10,7 +10,8 @@ import pytest
 
 from repo_paths import REPO
 from transformer_lib.grading.grade import bans
-from transformer_lib.grading.notebook import grade_id, read, release
+from submissions.helpers import as_handed_in
+from transformer_lib.grading.notebook import grade_id, is_check, read, release
 from transformer_lib.grading.prepare import restore_checks
 from transformer_lib.grading.costs import exercises, refusals
 from transformer_lib.grading.rules import read_cell
@@ -65,6 +66,34 @@ REFUSED = {  # one construct per technique a student used to beat the checks fro
     "a %time line with eval": "%time y = eval('1')",
     "a relative import": "from . import x",
     "import *": "from math import *",
+    # what IPython runs is read, and what it cannot run is refused
+    "an IPython-only line": "/print 1\nimport sys",
+    "%timeit with options": "%timeit -n1 -r1 f(x)",
+    "%time with an option": "%time f(x) --no-raise-error",
+    "%%timeit with a setup statement": "%%timeit -n1 import sys\ny = f(x)",
+    "a help magic": "x?",
+    "%matplotlib with a backend": "%matplotlib qt",
+    "a cell that is not Python": "def f(:\n    pass",
+    "a refusal after blank lines (which IPython drops)": "\n  \nimport sys",
+    # the refused attribute names are computed from the allowed modules
+    "the interpreter as an attribute": 'import torch\ntorch.sys.modules["builtins"].exec("x = 1")',
+    "builtins under another name": "import enum\nrun = enum.bltns.exec",
+    "an interpreter module through an alias": "import torch as t\ny = t.os",
+    "torch's public switch of its function modes": "import torch\nwith torch.DisableTorchFunction():\n    pass",
+    "a setattr by name in functools": "import functools\nfunctools.update_wrapper(a, b, ('detach',))",
+    "a module its package imports when asked": "import numpy as np\ny = np.testing",
+    "a submodule not walked": "import torch.onnx",
+    "a private module": "import torch._dynamo",
+    "a refused module imported from its package": "from torch.utils import data",
+    "a module closed for what it binds": "from matplotlib import backend_bases",
+    # the libraries' objects are not the notebook's to change
+    "a library class changed": "import torch\ntorch.Tensor.detach = f",
+    "a library class changed through an alias": "import torch\nT = [torch.Tensor][0]\nT.detach = f",
+    "a library class changed where it is handed": "import torch\ndef patch(cls):\n    cls.detach = f\npatch(torch.Tensor)",
+    "a library function deleted": "import torch.nn.functional as F\ndel F.relu",
+    "setattr on a library class": "import torch\nsetattr(torch.Tensor, 'detach', f)",
+    "the class of an object": "type(x).detach = f",
+    "a library class changed in a loop over it": "import torch\nfor i, T in enumerate([torch.Tensor]):\n    T.detach = f",
 }
 
 ALLOWED = {
@@ -77,6 +106,18 @@ ALLOWED = {
     "a format literal": "s = '{:.3f}'.format(1.0)",
     "a timing magic": "%timeit f(x)",
     "a function's name": "n = f.__name__",
+    "%matplotlib inline": "%matplotlib inline",
+    "a plain %time": "%time y = f(x)",
+    "a plain %%timeit": "%%timeit\ny = f(x)",
+    "IPython's call syntax on a harmless function": "/print 1",
+    "attributes of the objects the code made": "import torch\nlayer = torch.nn.Linear(2, 2)\n"
+                                                "layer.weight = torch.nn.Parameter(torch.zeros(2, 2))\n"
+                                                "x = torch.zeros(2)\nx.grad = None",
+    "a library value handed to a constructor": "import torch\ncfg = make(dtype=torch.float32)\ncfg.scale = 2",
+    "numpy's random, loaded when asked": "import numpy as np\nr = np.random.default_rng(0)",
+    "a library function handed to a helper that changes the notebook's object": (
+        "import torch\ndef init(module, fn):\n    module.weight = fn(module.weight)\n"
+        "init(layer, torch.nn.init.normal_)"),
 }
 
 
@@ -154,3 +195,55 @@ def test_only_names_a_refused_cell_defines_for_later_cells_carry_its_cost():
     nb = _with_cell_after(nb, "check_variance_divided_by_dk", "z = helper(-2)")  # the new helper
     costs = {g for g, v in refusals(nb, instructor, bans()).items() if v}
     assert costs == set(by_title["2.2"])
+
+
+def test_exercises_come_from_positions_not_from_ids_the_student_copies():
+    """A setup cell carrying the id (or grade_id) of 2.5's solution cell moves nothing: the refused
+    code in 2.2's cell costs 2.2, not 2.5."""
+    instructor = read(REPO / "exercises" / "source" / "02_building_up_attention.ipynb")
+    by_title = {ex.title: ex.checks for ex in exercises(instructor, bans())}
+    solved = _with_cell_after(restore_checks(instructor, instructor)[0], "stable_softmax", "import sys")
+    later = next(c for c in solved.cells if grade_id(c) == "permuted_mask")
+    for copy_key in ("id", "grade_id"):
+        nb = copy.deepcopy(solved)
+        if copy_key == "id":
+            nb.cells[1]["id"] = later["id"]
+        else:
+            nb.cells[1].metadata["nbgrader"] = {"grade_id": "permuted_mask", "solution": True, "schema_version": 3}
+        costs = {g for g, v in refusals(nb, instructor, bans()).items() if v}
+        assert costs == set(by_title["2.2"]), (copy_key, costs)
+
+
+def test_a_check_cell_of_the_student_s_own_is_student_code():
+    """A cell marked ``grade: true`` with a grade_id the instructor notebook does not have loses the mark
+    when the checks are restored, and is read as the code of the exercise whose check follows it."""
+    instructor = read(REPO / "exercises" / "source" / "02_building_up_attention.ipynb")
+    by_title = {ex.title: ex.checks for ex in exercises(instructor, bans())}
+    nb = _with_cell_after(as_handed_in(instructor), "stable_softmax", "import sys\nlimit = sys.maxsize")
+    fake = next(c for c in nb.cells if c.source.startswith("import sys"))
+    fake.metadata["nbgrader"] = {"grade": True, "grade_id": "my_own_check", "points": 5, "locked": True,
+                                 "schema_version": 3}
+    prepared, _ = restore_checks(nb, instructor)
+    assert [grade_id(c) for c in prepared.cells if is_check(c)] == [grade_id(c) for c in instructor.cells if is_check(c)]
+    costs = {g for g, v in refusals(prepared, instructor, bans()).items() if v}
+    assert costs == set(by_title["2.2"])
+
+
+def test_a_check_cell_that_uses_a_refused_name_costs_its_check():
+    """The solution of 2.2 defined in 2.1's part of the notebook by refused code: 2.1 pays for the code,
+    and 2.2's check, which calls it, pays too."""
+    instructor = read(REPO / "exercises" / "source" / "02_building_up_attention.ipynb")
+    by_title = {ex.title: ex.checks for ex in exercises(instructor, bans())}
+    nb = restore_checks(instructor, instructor)[0]
+    nb.cells = [c for c in nb.cells if grade_id(c) != "stable_softmax"]
+    nb = _with_cell_after(nb, "hand_qkv", "import sys\ndef stable_softmax(x, dim=-1):\n    return x")
+    costs = {g for g, v in refusals(nb, instructor, bans()).items() if v}
+    assert costs == set(by_title["2.1"]) | set(by_title["2.2"])
+
+
+def test_a_change_to_a_library_class_costs_every_exercise_from_its_own():
+    instructor = read(REPO / "exercises" / "source" / "02_building_up_attention.ipynb")
+    by_title = {ex.title: ex.checks for ex in exercises(instructor, bans())}
+    nb = _with_cell_after(restore_checks(instructor, instructor)[0], "attention", "torch.Tensor.detach = abs")
+    costs = {g for g, v in refusals(nb, instructor, bans()).items() if v}
+    assert costs == {g for t in ("2.3", "2.4", "2.5") for g in by_title[t]}

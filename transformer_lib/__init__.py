@@ -19,6 +19,7 @@ One module per idea; import from the modules, e.g. ``from transformer_lib.attent
 - ``tiled``, ``memory``  tiled online-softmax attention, peak tensor memory  (Chapter 9)
 - ``efficient``, ``vision``  sliding-window and linear attention; patches and a ViT  (Chapter 10, appendix)
 - ``bpe``, ``tokenizer``, ``wordpiece``  byte-level BPE trained and applied; BERT's WordPiece  (Chapter 11, appendix)
+- ``scaling``     a compute-optimal (IsoFLOP) sweep of the lab's GPT and its fits  (Chapter 12, appendix)
 - ``viz``, ``data``, ``train``, ``grading``  figures, toy data, training loop, exercise checks
 """
 
@@ -45,6 +46,7 @@ __all__ = [
     "bpe",
     "tokenizer",
     "wordpiece",
+    "scaling",
     "viz",
     "data",
     "train",

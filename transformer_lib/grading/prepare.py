@@ -5,7 +5,9 @@ a :class:`SubmissionError` with a readable reason). :func:`restore_checks` then 
 instructor's check cells back, by ``grade_id``: every check cell is replaced by the
 instructor's version (so hidden tests are restored and edits undone), a missing check cell is
 re-inserted after the cell that precedes it in the instructor notebook (or at the end), and
-duplicated check cells are dropped. Each such event becomes a note for the report.
+duplicated check cells are dropped. Each such event becomes a note for the report. Every other
+cell is the student's, whatever its metadata says: a cell marked as a check with a grade_id the
+instructor notebook does not have loses the mark, and is read and run as student code.
 
 :func:`for_kernel` turns the check cells into what the kernel runs under grading: the body of a
 function, so that nothing of the checks stays in the notebook's namespace (the line is also
@@ -139,12 +141,15 @@ def _unique_ids(cells: list[NotebookNode]) -> None:
 
 
 def _normalised(cell: dict) -> NotebookNode:
-    """A clean copy of a submitted cell: its type, source, metadata and id, no outputs."""
+    """A clean copy of a submitted cell: its type, source, metadata and id, no outputs; never a check
+    cell (the check cells are the instructor's alone: one the student marked is student code)."""
     make = {"code": nbformat.v4.new_code_cell, "markdown": nbformat.v4.new_markdown_cell,
             "raw": nbformat.v4.new_raw_cell}[cell["cell_type"]]
     metadata = copy.deepcopy(dict(cell.get("metadata", {})))
     if not isinstance(metadata.get("tags", []), list):
         del metadata["tags"]
+    if isinstance(metadata.get("nbgrader"), dict):
+        metadata["nbgrader"] = {k: v for k, v in metadata["nbgrader"].items() if k not in ("grade", "points")}
     new = make(metadata=metadata)
     new.source = cell.get("source", "")
     new["id"] = cell.get("id")
