@@ -580,12 +580,12 @@ BROKEN = {
         "torch.testing.assert_close(my_gpt(tiny, x), tiny(x)"),
     "7 loss: the library's mean taken over every position, graded or not": (
         CH7, [("lib:transformer_lib.train:cross_entropy_loss",
-               [("targets.reshape(-1), ignore_index=-100)",
-                 'targets.reshape(-1), ignore_index=-100, reduction="sum") / targets.numel()')]),
+               [("targets.reshape(-1), ignore_index=IGNORE_INDEX)",
+                 'targets.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum") / targets.numel()')]),
               ("inputs, targets = x[:, :-1], x[:, 1:]", [])],
         "torch.testing.assert_close(cross_entropy_loss(logits, targets), by_hand"),
     "7 loss: evaluate_loss a plain mean of the batches' means": (
-        CH7, [("lib:transformer_lib.train:evaluate_loss", [("count = float((targets != -100).sum())", "count = 1.0")]),
+        CH7, [("lib:transformer_lib.train:evaluate_loss", [("count = float((targets != IGNORE_INDEX).sum())", "count = 1.0")]),
               ("inputs, targets = x[:, :-1], x[:, 1:]", [])],
         "assert abs(evaluate_loss(lm, two_batches) - by_hand.item()) < 1e-12"),
     "7 baselines: unigram loss averaged over the vocabulary": (
@@ -678,8 +678,8 @@ BROKEN = {
         "assert abs(kept - (0.1 + 0.1 / vocab_m))"),
     "7 MLM: the library's loss averaged over the unchosen positions too": (
         CH7, [("lib:transformer_lib.train:cross_entropy_loss",
-               [("targets.reshape(-1), ignore_index=-100)",
-                 'targets.reshape(-1), ignore_index=-100, reduction="sum") / targets.numel()')]),
+               [("targets.reshape(-1), ignore_index=IGNORE_INDEX)",
+                 'targets.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum") / targets.numel()')]),
               ("def mlm_corrupt", [])],
         "torch.testing.assert_close(cross_entropy_loss(logits_m, tgt[:n_loss])"),
     "7 cross-attention: attends to itself": (
