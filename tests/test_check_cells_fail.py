@@ -259,8 +259,9 @@ BROKEN = {
     "4 pre/post-norm: no embedding norm": (
         CH4, [("def xavier_(model)", [("embedding_norm=True,", "embedding_norm=False,")])],
         "assert post_vs_pre < 0.02"),
-    "4 pre/post-norm: the block returns its states as its writes": (
-        CH4, [("lib:transformer_lib.block:TransformerBlock.forward", [("return (out, [a, m]) if return_stream", "return (out, [x1, out]) if return_stream")]),
+    "4 pre/post-norm: the stream records the states as the writes": (
+        CH4, [("lib:transformer_lib.model:GPT.forward", [("recording(self.blocks, stream)",
+                                                          "recording(self.blocks, Stream(stream.writes, stream.states))")]),
               ("def xavier_(model)", [])],
         'assert max(writes24["GPT-2", nf].max()'),
     "4 no embedding norm: the norm always applied": (
@@ -296,16 +297,16 @@ BROKEN = {
         CH4, [("def attribution_by_sublayer", [("+ [(model.norm_f.bias * w_u).sum(-1)]", "")])],
         "torch.testing.assert_close(by_sublayer.sum(0), logit_predicted"),
     "4 attribution: each head's write taken from the wrong rows of W_O": (
-        CH4, [("lib:transformer_lib.patching:_attention", [("attn.out_proj.weight.T.reshape(", "attn.out_proj.weight.reshape(")]),
+        CH4, [("lib:transformer_lib.multihead:MultiHeadAttention._write", [("self.out_proj.weight.T.reshape(", "self.out_proj.weight.reshape(")]),
               ("from transformer_lib.attribution import direct_logit_attribution", [])],
         "torch.testing.assert_close(per_sublayer, by_sublayer"),
     "4 attribution: the components not centred by the final norm": (
         CH4, [("lib:transformer_lib.attribution:_frozen_norm", [("c = c - c.mean(dim=-1, keepdim=True) if centre else c", "c = c")]),
               ("from transformer_lib.attribution import direct_logit_attribution", [])],
         "torch.testing.assert_close(per_sublayer, by_sublayer"),
-    "4 attribution: the cached run adds the MLP's write to the block's input": (
-        CH4, [("lib:transformer_lib.patching:_block", [("return hooks(at + \"hook_resid_post\", skip(mid) + m)",
-                                                        "return hooks(at + \"hook_resid_post\", skip(x) + m)")]),
+    "4 attribution: the block adds the MLP's write to the block's input": (
+        CH4, [("lib:transformer_lib.block:TransformerBlock.forward", [("out = self.hook_resid_post(skip(x1) + m)",
+                                                                      "out = self.hook_resid_post(skip(x) + m)")]),
               ("from transformer_lib.attribution import direct_logit_attribution", [])],
         "torch.testing.assert_close(logits_cached, logits64"),
     "4 attribution: the MLPs' shares filed under the attention bias": (
@@ -317,7 +318,7 @@ BROKEN = {
               ("share = dla.values[:, mask]", [])],
         "assert mlp_frac > 0.6"),
     "4 heads removed: run_with_patch ignores its patches": (
-        CH4, [("lib:transformer_lib.patching:_Hooks.__call__", [("act = _apply(name, self.patches[name], act)", "pass")]),
+        CH4, [("lib:transformer_lib.patching:_run", [("act = _apply(name, patches[name], act)", "pass")]),
               ("share = dla.values[:, mask]", [])],
         "assert cost[costly] - cost[cheap] > 0.04"),
     "4 heads removed: the head of the next block mean-ablated": (
@@ -389,7 +390,7 @@ BROKEN = {
         CH5, [("n_fl = 16", [("8 * n_fl * d_pc**2 + 4 * n_fl**2 * d_pc", "4 * n_fl * d_pc**2 + 2 * n_fl**2 * d_pc")])],
         "assert one_wide == closed_form"),
     "5 FLOPs: the layer keeps the fused kernel under the counter": (
-        CH5, [("lib:transformer_lib.multihead:MultiHeadAttention.forward", [("and _get_current_dispatch_mode() is None", "")]),
+        CH5, [("lib:transformer_lib.multihead:MultiHeadAttention._fused_ok", [("_torch_state.dispatch_mode_active() or ", "")]),
               ("n_fl = 16", [])],
         "assert counted == closed_form and hidden =="),
     "5 FLOPs: the counter sees the fused kernel's work": (
@@ -579,12 +580,12 @@ BROKEN = {
         "torch.testing.assert_close(my_gpt(tiny, x), tiny(x)"),
     "7 loss: the library's mean taken over every position, graded or not": (
         CH7, [("lib:transformer_lib.train:cross_entropy_loss",
-               [("targets.reshape(-1), ignore_index=-100)",
-                 'targets.reshape(-1), ignore_index=-100, reduction="sum") / targets.numel()')]),
+               [("targets.reshape(-1), ignore_index=IGNORE_INDEX)",
+                 'targets.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum") / targets.numel()')]),
               ("inputs, targets = x[:, :-1], x[:, 1:]", [])],
         "torch.testing.assert_close(cross_entropy_loss(logits, targets), by_hand"),
     "7 loss: evaluate_loss a plain mean of the batches' means": (
-        CH7, [("lib:transformer_lib.train:evaluate_loss", [("count = float((targets != -100).sum())", "count = 1.0")]),
+        CH7, [("lib:transformer_lib.train:evaluate_loss", [("count = float((targets != IGNORE_INDEX).sum())", "count = 1.0")]),
               ("inputs, targets = x[:, :-1], x[:, 1:]", [])],
         "assert abs(evaluate_loss(lm, two_batches) - by_hand.item()) < 1e-12"),
     "7 baselines: unigram loss averaged over the vocabulary": (
@@ -600,39 +601,44 @@ BROKEN = {
         CH7, [("xi, yi = induction_task(512", [("maps[1][rows, :, q_pos, k_pos]",
                                                 "maps[1][rows, :, q_pos, k_pos - 1]")])],
         "assert worst_by_head.min() > 0.5"),
-    "7 patching: the hook swaps in the other head's columns": (
-        CH7, [("def run_patched(ids", [("cols = slice(head * d_k, (head + 1) * d_k)",
-                                        "cols = slice((1 - head) * d_k, (2 - head) * d_k)")]),
-              ("# the hook changes what it should", [])],
+    "7 patching: the patch takes the other head": (
+        CH7, [("def head_from(source", [("positions=positions, heads=head)", "positions=positions, heads=1 - head)")]),
+              ("# the patch changes what it should", [])],
         "assert r_prev > 0.5 and att_prev.min() > 0.45"),
-    "7 patching: the hook patches the position before the chosen one": (
-        CH7, [("def run_patched(ids", [("z[:, positions, cols] = source[l][:, positions, cols]",
-                                        "z[:, np.subtract(positions, 1), cols] = "
-                                        "source[l][:, np.subtract(positions, 1), cols]")]),
-              ("# the hook changes what it should", [])],
+    "7 patching: the patch at the position before the chosen one": (
+        CH7, [("def head_from(source", [("positions=positions, heads=head)",
+                                         "positions=np.subtract(positions, 1).tolist(), heads=head)")]),
+              ("# the patch changes what it should", [])],
         "assert r_prev > 0.5 and att_prev.min() > 0.45"),
-    "7 patching: the hook ignores its source and patches from the clean run": (
-        CH7, [("def run_patched(ids", [("z[:, positions, cols] = source[l][:, positions, cols]",
-                                        "z[:, positions, cols] = z_clean[l][:, positions, cols]")]),
-              ("# the hook changes what it should", [])],
+    "7 patching: the patch ignores its source and takes the clean run's": (
+        CH7, [("def head_from(source", [("Patch(source[name]", "Patch(clean[name]")]),
+              ("# the patch changes what it should", [])],
         "assert abs(r_mis) < 0.2 and r_prev - r_mis > 0.4"),
     "7 patching: layer 2's head 1 silenced (one induction head left)": (
-        CH7, [("def run_patched(ids", [("PT_GAP = 3\n", "PT_GAP = 3\nind_model = copy.deepcopy(ind_model)\n"
+        CH7, [("def head_from(source", [("PT_GAP = 3\n", "PT_GAP = 3\nind_model = copy.deepcopy(ind_model)\n"
                                         "with torch.no_grad():\n    ind_model.attn[1].out_proj.weight[:, 16:] = 0\n")]),
-              ("# the hook changes what it should", [])],
+              ("# the patch changes what it should", [])],
         "assert min(r_induction) > 0.5"),
-    "7 patching: the hook patches every head of the layer": (
-        CH7, [("def run_patched(ids", [("cols = slice(head * d_k, (head + 1) * d_k)", "cols = slice(None)")]),
-              ("# the hook changes what it should", [])],
+    "7 patching: the patch takes every head of the layer": (
+        CH7, [("def head_from(source", [("positions=positions, heads=head)", "positions=positions, heads=None)")]),
+              ("# the patch changes what it should", [])],
         "assert r_other < 0.45 and r_prev - r_other > 0.1"),
     "7 patching: the library's recovered fraction measured from the clean end": (
         CH7, [("lib:transformer_lib.patching:recovered_fraction", [("return (patched - corrupted) / (clean - corrupted)",
                                                                     "return (clean - patched) / (clean - corrupted)")]),
-              ("def run_patched(ids", []), ("# the hook changes what it should", [])],
+              ("def head_from(source", []), ("# the patch changes what it should", [])],
         "assert r_prev > 0.5 and att_prev.min() > 0.45"),
     "7 patching map: layer 2's rows patch layer 1": (
-        CH7, [("patch_map = np.zeros(", [("run_patched(x_corr, l, h, [p], z_clean)", "run_patched(x_corr, 0, h, [p], z_clean)")])],
+        CH7, [("patch_map = np.zeros(", [("head_from(clean, l, h, [p])", "head_from(clean, 0, h, [p])")])],
         "assert np.abs(patch_map[~expected]).max() < 0.05"),
+    "7 q, k, v: the keys patched at the queries' positions": (
+        CH7, [("inputs = {\"k\": answers", [('inputs = {"k": answers,', 'inputs = {"k": queries,')])],
+        'assert r_input["k"] > 0.5'),
+    "7 q, k, v: the library's hook points for queries and keys swapped": (
+        CH7, [("lib:transformer_lib.multihead:MultiHeadAttention.forward", [("q = self.hook_q(", "q = self.hook_k("),
+                                                                           ("k = self.hook_k(", "k = self.hook_q(")]),
+              ("inputs = {\"k\": answers", [])],
+        'assert r_input["k"] > 0.5'),
     "7 generate: the library's cache forgets how many tokens it holds": (
         CH7, [("lib:transformer_lib.model:GPT._cache_len", [("return 0 if k is None else k.shape[-2]", "return 0")]),
               ("gen_gpt = GPT(ModelConfig(vocab_size=50", [])],
@@ -672,8 +678,8 @@ BROKEN = {
         "assert abs(kept - (0.1 + 0.1 / vocab_m))"),
     "7 MLM: the library's loss averaged over the unchosen positions too": (
         CH7, [("lib:transformer_lib.train:cross_entropy_loss",
-               [("targets.reshape(-1), ignore_index=-100)",
-                 'targets.reshape(-1), ignore_index=-100, reduction="sum") / targets.numel()')]),
+               [("targets.reshape(-1), ignore_index=IGNORE_INDEX)",
+                 'targets.reshape(-1), ignore_index=IGNORE_INDEX, reduction="sum") / targets.numel()')]),
               ("def mlm_corrupt", [])],
         "torch.testing.assert_close(cross_entropy_loss(logits_m, tgt[:n_loss])"),
     "7 cross-attention: attends to itself": (
@@ -846,12 +852,12 @@ BROKEN = {
         "assert attention == weights, (c.mlp, attention, weights)",
         [("transformer_lib.counting", "_mlp_matrices", lambda original: lambda c: 2)]),
     "9 doubling n: the model attends to a window of 16 keys": (
-        CH9, [("(a1, w1, _), (a2, w2, _) = measured_parts", [])],
-        "assert a2 == 4 * a1 and w2 == 2 * w1",
-        [("transformer_lib.multihead", "scaled_dot_product_attention", lambda original: (
-            lambda q, k, v, mask=None, bias=None: original(
-                q, k[..., -16:, :], v[..., -16:, :], mask=None if mask is None else mask[..., -16:],
-                bias=None if bias is None else bias[..., -16:])))]),
+        CH9, [("lib:transformer_lib.multihead:MultiHeadAttention.forward",
+               [("_scores(q, k, mask, bias)", "_scores(q, k[..., -16:, :], None if mask is None else mask[..., -16:], "
+                                              "None if bias is None else bias[..., -16:])"),
+                ("z = weights @ v", "z = weights @ v[..., -16:, :]")]),
+              ("(a1, w1, _), (a2, w2, _) = measured_parts", [])],
+        "assert a2 == 4 * a1 and w2 == 2 * w1"),
     "9 causal tiles: the causal flag not passed on": (
         CH9, [("n_c, block = 1024, 64", [("causal=causal, block_q=block", "causal=False, block_q=block")])],
         "assert tile_flops[True] * 2 * m == tile_flops[False] * (m + 1)"),

@@ -290,3 +290,23 @@ def test_a_causal_mask_halves_the_attention_work_of_tiled_attention(n, block):
     m = n // block
     assert flops[False] == 2 * 2 * n * n * 8
     assert flops[True] * 2 * m == flops[False] * (m + 1)
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_a_model_without_an_lm_head_counts_no_unembedding(tied):
+    """An encoder (no LM head) has no unembedding, whether or not the config says "tied":
+    the parameters of the built `BertEncoder` and the FLOPs the counter sees in its forward pass
+    (on the explicit attention path) are the closed forms', with 0 for the unembedding."""
+    from transformer_lib.bert import BertEncoder
+
+    c = ModelConfig(vocab_size=50, n_ctx=12, d_model=16, n_layers=2, n_heads=2, norm_first=False,
+                    causal=False, n_token_types=2, embedding_norm=True, final_norm=False,
+                    pooler=True, lm_head=False, tied_embeddings=tied)
+    parts = param_breakdown(c)
+    assert parts["unembedding"] == 0 and flops_breakdown(c, 9)["unembedding"] == 0
+    torch.manual_seed(0)
+    encoder = BertEncoder(c).eval()
+    assert param_count(c) == count_params(encoder) == sum(parts.values())
+    with FlopCounterMode(display=False) as counter:
+        encoder(torch.randint(0, 50, (1, 9)))
+    assert counter.get_total_flops() == forward_flops(c, 9)

@@ -184,3 +184,37 @@ def test_a_gpt_trains_the_same_on_either_path(positional):
         results.append([loss.detach(), *torch.autograd.grad(loss, list(model.parameters()))])
     for a, b in zip(*results):
         torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-12)
+
+
+# ----------------------------------------------------------------------------- torch's private names
+def test_torch_state_answers_and_falls_back_to_the_explicit_path(monkeypatch):
+    """`_torch_state` says whether a dispatch mode or a torch.func transform is active; if torch
+    moved or changed its private functions, it answers True and the layer attends explicitly:
+    bit for bit the output of a layer built with fused=False."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from transformer_lib import _torch_state
+
+    assert not _torch_state.dispatch_mode_active() and not _torch_state.transform_active()
+    with FlopCounterMode(display=False):
+        assert _torch_state.dispatch_mode_active()
+    seen = []
+    torch.func.vmap(lambda t: seen.append(_torch_state.transform_active()) or t)(torch.ones(2, 3))
+    assert seen == [True]
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(16, 4, causal=True).eval()
+    explicit = MultiHeadAttention(16, 4, causal=True, fused=False).eval()
+    explicit.load_state_dict(layer.state_dict())
+    x = torch.randn(2, 7, 16, generator=torch.Generator().manual_seed(1))
+    def forbidden(*args, **kwargs):
+        raise AssertionError("the fused kernel was called")
+    with torch.no_grad():
+        want = explicit(x)
+        for name in ("_get_current_dispatch_mode", "maybe_current_level"):
+            for broken in (None, lambda: 1 / 0):
+                with monkeypatch.context() as mp:
+                    mp.setattr(_torch_state, name, broken)
+                    assert _torch_state.dispatch_mode_active() or _torch_state.transform_active()
+                    mp.setattr(F, "scaled_dot_product_attention", forbidden)
+                    assert torch.equal(layer(x), want)
+        torch.testing.assert_close(layer(x), want, atol=1e-6, rtol=0)   # the fused path again

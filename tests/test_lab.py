@@ -33,26 +33,37 @@ TINY = ["--d-model", "32", "--layers", "1", "--heads", "2", "--batch", "16", "--
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    """A 3-second lab run; also records every gradient clipping it asked for (max_norm, norm before)."""
+    """A 3-second lab run; also records every gradient clipping it asked for (max_norm, norm
+    before), and the gradient's norm each time the optimiser steps."""
     out = tmp_path_factory.mktemp("lab")
     import contextlib
     import io
 
-    buffer, clipped, clip = io.StringIO(), [], torch.nn.utils.clip_grad_norm_
+    buffer, clipped, clip, stepped = io.StringIO(), [], torch.nn.utils.clip_grad_norm_, []
 
     def recording_clip(parameters, max_norm, *args, **kwargs):
         norm = clip(parameters, max_norm, *args, **kwargs)
         clipped.append((max_norm, float(norm)))
         return norm
-    with contextlib.redirect_stdout(buffer), pytest.MonkeyPatch.context() as mp:
-        mp.setattr(torch.nn.utils, "clip_grad_norm_", recording_clip)
-        assert lab.main(["shakespeare", "--seconds", "3", "--seed", "1", "--out", str(out), "--curve", "1", *TINY]) == 0
+
+    def before_step(optimizer, args, kwargs):
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        stepped.append(float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))))
+    from torch.optim.optimizer import register_optimizer_step_pre_hook
+
+    handle = register_optimizer_step_pre_hook(before_step)
+    try:
+        with contextlib.redirect_stdout(buffer), pytest.MonkeyPatch.context() as mp:
+            mp.setattr(torch.nn.utils, "clip_grad_norm_", recording_clip)
+            assert lab.main(["shakespeare", "--seconds", "3", "--seed", "1", "--out", str(out), "--curve", "1", *TINY]) == 0
+    finally:
+        handle.remove()
     torch.set_num_threads(1)
-    return out, buffer.getvalue().rstrip("\n").split("\n"), clipped
+    return out, buffer.getvalue().rstrip("\n").split("\n"), clipped, stepped
 
 
 def test_the_last_line_parses_and_the_loss_falls(run):
-    out, lines, _ = run
+    out, lines, _, _ = run
     m = LAST.fullmatch(lines[-1])
     assert m, lines[-1]
     val, steps, tokens, seconds = float(m[1]), int(m[2]), int(m[3]), float(m[4])
@@ -66,7 +77,7 @@ def test_the_last_line_parses_and_the_loss_falls(run):
 
 
 def test_the_checkpoint_reloads_and_samples_the_same_text(run):
-    out, lines, _ = run
+    out, lines, _, _ = run
     model, tokenizer = lab.load_checkpoint(out / "checkpoint.pt")
     assert isinstance(model, GPT) and tokenizer.vocab_size == len(SHAKESPEARE_ALPHABET)
     sample = (out / "sample.txt").read_text()[:-1]
@@ -81,10 +92,20 @@ def test_the_checkpoint_reloads_and_samples_the_same_text(run):
 def test_every_step_clips_the_gradient_to_the_default_norm(run):
     """The lab's default clips at norm 1 on every step, and early steps do get clipped (their
     gradient's norm is larger than 1), so the option is not idle."""
-    _, lines, clipped = run
+    _, lines, clipped, stepped = run
     steps = int(LAST.fullmatch(lines[-1])[2])
     assert len(clipped) == steps and {m for m, _ in clipped} == {lab.LAB_DEFAULTS["clip"]} == {1.0}
     assert max(norm for _, norm in clipped[:20]) > 1.0, clipped[:20]
+
+
+def test_the_optimiser_steps_on_the_clipped_gradient(run):
+    """The order of a step: the gradient is clipped before the optimiser reads it. At every step
+    the gradient the optimiser sees has norm at most 1, although early raw gradients are larger;
+    a loop that clipped after the step, or never, would hand it those."""
+    _, lines, clipped, stepped = run
+    assert len(stepped) == int(LAST.fullmatch(lines[-1])[2]) == len(clipped)
+    assert max(stepped) <= 1.0 + 1e-5, max(stepped)
+    assert all(abs(seen - min(raw, 1.0)) < 1e-4 for seen, (_, raw) in zip(stepped, clipped))
 
 
 def test_validation_loss_is_the_mean_over_non_overlapping_windows_of_64():

@@ -388,3 +388,17 @@ def test_moe_layer_defaults():
     assert layer.top_k == layer.router.top_k == 2 and aux["expert_index"].shape == (3, 2)
     assert all(ex.fc1.bias is not None and ex.fc2.bias is not None for ex in layer.experts)
     assert layer.experts[0].activation == "gelu" and layer.capacity(10) is None
+
+
+def test_a_batch_is_one_pool_of_tokens_for_the_capacity():
+    """(b, n, d) gives what the b·n tokens give as one (b·n, d) input, and not what each sequence
+    gives alone: capacity 0.5 binds, and the sequences compete for the same expert slots."""
+    layer = _layer(e=4, k=2, capacity_factor=0.5, seed=2)
+    x = _x(4, 6, 8, seed=5)
+    with torch.no_grad():
+        batched, aux = layer(x)
+        flat, flat_aux = layer(x.reshape(24, 8))
+        alone = torch.stack([layer(seq)[0] for seq in x])
+    torch.testing.assert_close(batched, flat.reshape(4, 6, 8), atol=0, rtol=0)
+    assert torch.equal(aux["kept"], flat_aux["kept"]) and int(aux["kept"].sum()) < aux["kept"].numel()
+    assert (batched - alone).abs().max() > 1e-3

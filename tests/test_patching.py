@@ -12,6 +12,8 @@ to 1e-5. Without patches a run gives the model's output bit for bit, in every ar
 """
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 import transformers
@@ -146,6 +148,8 @@ def hooked_run(hf, sites: dict, run, patches: dict | None = None, monkeypatch=No
         original = modeling.eager_attention_forward
 
         def eager(module, query, key, value, *args, _original=original, **kwargs):
+            for what, t in (("q", query), ("k", key), ("v", value)):   # (b, h, n, d_k) -> ours
+                seen[f"blocks.{module.layer_idx}.attn.hook_{what}"] = t.transpose(1, 2)
             out, w = _original(module, query, key, value, *args, **kwargs)
             name = f"blocks.{module.layer_idx}.attn.hook_pattern"
             if name not in patches:
@@ -174,8 +178,12 @@ def test_gpt_cache_equals_hugging_face_hooks(gpt2, monkeypatch):
     hf, ours = gpt2
     logits, seen, out, cache = _both(hf, ours, _ids(1), monkeypatch)
     torch.testing.assert_close(out, logits, **TOL)
-    assert set(cache) == set(activation_names(ours)) == set(seen) | {f"blocks.{l}.attn.hook_result"
-                                                                      for l in range(L)}
+    assert set(cache) == set(activation_names(ours)) == set(seen) | {
+        f"blocks.{l}.attn.hook_{what}" for l in range(L) for what in ("result", "scores")}
+    for l in range(L):   # the scores: what the softmax turns into Hugging Face's pattern
+        scores = cache[f"blocks.{l}.attn.hook_scores"]
+        torch.testing.assert_close(scores.softmax(-1), seen[f"blocks.{l}.attn.hook_pattern"], **TOL)
+        assert bool(torch.isneginf(scores[..., 0, 1:]).all()) and bool(torch.isfinite(scores[..., -1, :]).all())
     for name, act in seen.items():
         torch.testing.assert_close(cache[name], act, **TOL, msg=name)
     for l, blk in enumerate(hf.transformer.h):       # each head's write: z_h @ its rows of c_proj
@@ -190,7 +198,7 @@ def _set(positions=None, heads=None, axes=(1, 2)):
     """A patch for the hooks, written with plain indexing: from ``source``, copy each chosen
     position (of axis ``axes[0]``) of each chosen head (of axis ``axes[1]``)."""
     def make(source):
-        def patch(act):
+        def patch(act, name=None):
             out = act.clone()
             every = range(act.shape[axes[0]])
             chosen = every if positions is None else every[positions] if isinstance(positions, slice) \
@@ -256,7 +264,7 @@ def test_gpt_function_patch_equals_hugging_face_hooks(gpt2, monkeypatch):
     hf, ours = gpt2
     idx = _ids(4)
 
-    def ablate(z):
+    def ablate(z, name=None):
         z = z.clone()
         z[:, :, 2] = 0
         return z
@@ -370,22 +378,114 @@ def test_bert_cache_and_patches_equal_hugging_face_hooks(bert, monkeypatch):
                                    dict(positional="sinusoidal", embedding_norm=True),
                                    dict(n_experts=4, top_k=2)])
 @pytest.mark.parametrize("residual", [True, False])
-def test_unpatched_runs_give_the_model_output_bit_for_bit(extra, residual, monkeypatch):
-    """Bit for bit with the model's explicit path (the runs need each head's output), and to
-    float32 precision with its default, fused one."""
+def test_unpatched_runs_give_the_model_output_bit_for_bit(extra, residual):
+    """A run that caches everything reads q, k, v and the pattern, so every layer attends
+    explicitly: bit for bit the model built with ``fused=False``; a run without hooks is the
+    model's default, fused pass, bit for bit."""
     torch.manual_seed(0)
     model = GPT(ModelConfig(vocab_size=V, n_ctx=16, d_model=D, n_layers=L, n_heads=H, **extra),
                 residual=residual).eval()
     idx = _ids(12)
+    explicit = GPT(dataclasses.replace(model.config, fused=False), residual=residual).eval()
+    explicit.load_state_dict(model.state_dict())
     with torch.no_grad():
         fused = model(idx)
-        monkeypatch.setattr(MultiHeadAttention, "fused", False)
-        expected = model(idx)
+        expected = explicit(idx)
         torch.testing.assert_close(fused, expected, atol=1e-5, rtol=1e-5)
-        out, cache = run_with_cache(model, idx)
-        assert torch.equal(out, expected) and torch.equal(run_with_patch(model, idx, {}), expected)
+        out, cache = run_with_cache(model, idx)     # hooks on q, k, v, pattern: the explicit path
+        assert torch.equal(out, expected) and torch.equal(run_with_patch(model, idx, {}), fused)
         assert torch.equal(cache[f"blocks.{L - 1}.hook_resid_post"],
-                           model(idx, return_stream=True)[1].states[-1])
+                           explicit(idx, return_stream=True)[1].states[-1])
+
+
+def test_runs_go_through_the_models_own_forward(monkeypatch):
+    """One call of the model's forward per run, one of each block's and each attention's: the
+    runs hold no copy of the block or of attention. A hook on q, k, v, the scores or the
+    pattern takes that layer off the fused kernel; one on z, the result or the stream does not."""
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(vocab_size=V, n_ctx=16, d_model=D, n_layers=L, n_heads=H)).eval()
+    calls = {"GPT": 0, "block": 0, "attention": 0, "fused kernel": 0}
+
+    def counted(key, original):
+        def call(*args, **kwargs):
+            calls[key] += 1
+            return original(*args, **kwargs)
+        return call
+    monkeypatch.setattr(GPT, "forward", counted("GPT", GPT.forward))
+    monkeypatch.setattr(type(model.blocks[0]), "forward", counted("block", type(model.blocks[0]).forward))
+    monkeypatch.setattr(MultiHeadAttention, "forward", counted("attention", MultiHeadAttention.forward))
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention",
+                        counted("fused kernel", torch.nn.functional.scaled_dot_product_attention))
+    idx = _ids(12)
+    with torch.no_grad():
+        _, cache = run_with_cache(model, idx)
+        assert calls == {"GPT": 1, "block": L, "attention": L, "fused kernel": 0}
+        run_with_patch(model, idx, {"blocks.0.attn.hook_z": cache["blocks.0.attn.hook_z"]})
+        assert calls == {"GPT": 2, "block": 2 * L, "attention": 2 * L, "fused kernel": L}
+        for what in ("q", "k", "v", "scores", "pattern"):
+            before = calls["fused kernel"]
+            run_with_cache(model, idx, names=[f"blocks.1.attn.hook_{what}"])
+            assert calls["fused kernel"] == before + 1, what      # only layer 0 fused
+    assert not any(m._forward_hooks for m in model.modules())  # nothing left behind
+
+
+def test_names_filter_and_the_patch_function_receives_the_name():
+    torch.manual_seed(0)
+    model = GPT(ModelConfig(vocab_size=V, n_ctx=16, d_model=D, n_layers=L, n_heads=H)).eval()
+    idx, seen = _ids(12), []
+
+    def halve(act, name):
+        seen.append(name)
+        return act / 2
+    with torch.no_grad():
+        _, some = run_with_cache(model, idx, names=["blocks.1.hook_mlp_out"])
+        _, by_fn = run_with_cache(model, idx, names=lambda name: name.endswith("hook_resid_post"))
+        _, full = run_with_cache(model, idx, names=lambda name: "hook_attn" not in name and ".attn." not in name)
+        _, patched = run_with_cache(model, idx, {"blocks.0.hook_mlp_out": halve},
+                                    names=["blocks.0.hook_mlp_out", "blocks.0.hook_resid_post"])
+    assert list(some) == ["blocks.1.hook_mlp_out"] and list(by_fn) == [f"blocks.{l}.hook_resid_post" for l in range(L)]
+    assert seen == ["blocks.0.hook_mlp_out"]
+    torch.testing.assert_close(patched["blocks.0.hook_mlp_out"], full["blocks.0.hook_mlp_out"] / 2, atol=0, rtol=0)
+    torch.testing.assert_close(patched["blocks.0.hook_resid_post"],
+                               full["blocks.0.hook_resid_mid"] + full["blocks.0.hook_mlp_out"] / 2, atol=0, rtol=0)
+
+
+class _AttentionOnly(torch.nn.Module):
+    """A model of one's own: attention layers adding to a stream, no blocks (as in Chapter 7)."""
+
+    def __init__(self):
+        super().__init__()
+        self.tok = torch.nn.Embedding(V, D)
+        self.attn = torch.nn.ModuleList(MultiHeadAttention(D, H, causal=True) for _ in range(L))
+
+    def forward(self, x):
+        h = self.tok(x)
+        for layer in self.attn:
+            h = h + layer(h)
+        return h
+
+
+def test_a_model_of_ones_own_is_patched_by_the_names_of_its_layers():
+    """Patching one head's z of a model that is not a GPT, against a hand-written hook on the
+    input of W_O (where the heads sit side by side, d_k columns each)."""
+    torch.manual_seed(0)
+    model = _AttentionOnly().eval()
+    clean, corrupt = _ids(12), _ids(13)
+    with torch.no_grad():
+        _, cache = run_with_cache(model, clean)
+        got = run_with_patch(model, corrupt, {"attn.0.hook_z": Patch(cache["attn.0.hook_z"], positions=[3, 5], heads=1)})
+        source = cache["attn.0.hook_z"].flatten(2)
+
+        def swap(module, args):
+            z = args[0].clone()
+            z[:, [3, 5], DK:2 * DK] = source[:, [3, 5], DK:2 * DK]
+            return (z,)
+        handle = model.attn[0].out_proj.register_forward_pre_hook(swap)
+        expected = model(corrupt)
+        handle.remove()
+    assert "attn.1.hook_pattern" in cache and "attn.0.hook_q" in cache
+    torch.testing.assert_close(got, expected, atol=1e-6, rtol=0)
+    assert (got - model(corrupt)).abs().max() > 1e-3
 
 
 def test_recovered_fraction():
@@ -432,7 +532,10 @@ def test_errors_name_the_argument_the_expected_and_the_actual(gpt2, bert):
         (lambda: run_with_cache(gpt, idx, attention_mask=torch.ones_like(idx)),
          "attention_mask, token_type_ids: expected None for a GPT, got a tensor"),
         (lambda: run_with_cache(torch.nn.Linear(2, 2), idx),
-         "model: expected a GPT or a BertEncoder, got Linear"),
+         "model: expected a model with hook points (a GPT, a BertEncoder or one built from "
+         "MultiHeadAttention layers), got Linear"),
+        (lambda: run_with_cache(gpt, idx, names=["blocks.0.hook_z"]),
+         "names: expected names of activation_names(model), got ['blocks.0.hook_z']"),
         (lambda: patch_each_head(gpt, idx, {}, float),
          "source: expected a cache with 'blocks.0.attn.hook_z' (from run_with_cache), got keys []"),
         (lambda: recovered_fraction(1.0, 1.0, 0.5),

@@ -420,3 +420,31 @@ def test_alibi_bias_dtype_and_exact_differences():
     slopes = torch.tensor([2.0 ** (-0.5 * i) for i in range(1, 17)], dtype=torch.float64)
     bias = alibi_bias_at(torch.tensor([1e8]), torch.tensor([1.0]), 16, dtype=torch.float64)
     torch.testing.assert_close(bias[:, 0, 0], -slopes * 99999999.0, atol=0, rtol=1e-15)
+
+
+# ----------------------------------------------------------------------------- low precision
+@pytest.mark.parametrize("dtype,tol", [(torch.float16, 0.02), (torch.bfloat16, 0.1)])
+def test_rope_angles_are_computed_in_float64_whatever_the_input_dtype(dtype, tol):
+    """At positions near 4000 an angle held in float16 is off by up to 1 rad (its spacing there
+    is 2; bfloat16's, 16): the rotation of a half-precision input must match the float64
+    rotation rounded to that precision, through `apply_rope`, `rope_cos_sin` and the attention
+    layer, which rotates its queries and keys with it."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 5, 16, generator=g, dtype=torch.float64)
+    far = torch.arange(3990, 3995)
+    want = apply_rope(x, far)
+    got = apply_rope(x.to(dtype), far)
+    assert got.dtype == dtype
+    assert (got.double() - want).abs().max() < tol
+    cos, sin = rope_cos_sin(far, 16, dtype=dtype)
+    want_cos, want_sin = rope_cos_sin(far, 16, dtype=torch.float64)
+    assert cos.dtype == dtype and (cos.double() - want_cos).abs().max() < tol / 4
+    assert (sin.double() - want_sin).abs().max() < tol / 4
+    from transformer_lib.multihead import MultiHeadAttention
+
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(16, 2, causal=True, rope=True, fused=False).double()
+    with torch.no_grad():
+        exact = layer(x, positions=far)
+        low = layer.to(dtype)(x.to(dtype), positions=far)
+    assert (low.double() - exact).abs().max() < 2 * tol

@@ -45,14 +45,14 @@ def weights_seen(monkeypatch):
     """Every attention-weight tensor the model computes, layer by layer."""
     seen = []
 
-    def recording(*args, **kwargs):
-        out, w = sdpa(*args, **kwargs)
+    def recording(scores):
+        w = weights(scores)
         seen.append(w)
-        return out, w
+        return w
 
-    sdpa = multihead.scaled_dot_product_attention
-    monkeypatch.setattr(multihead, "scaled_dot_product_attention", recording)
-    monkeypatch.setattr(MultiHeadAttention, "fused", False)   # the path that computes weights
+    weights = multihead._weights
+    monkeypatch.setattr(multihead, "_weights", recording)
+    monkeypatch.setattr(MultiHeadAttention, "_fused_ok", lambda self, _: False)   # the path that computes weights
     return seen
 
 

@@ -229,7 +229,7 @@ def test_the_sorter_stream_grows_and_the_answer_forms_over_several_sublayers(see
     for name in heads:
         l, h = map(int, name[1:].split("H"))
         with torch.no_grad():
-            out = run_with_patch(sorter, x_test, {f"blocks.{l}.attn.hook_z": lambda z, h=h: to_mean(z, h)})
+            out = run_with_patch(sorter, x_test, {f"blocks.{l}.attn.hook_z": lambda z, _name, h=h: to_mean(z, h)})
         cost[name] = accuracy(logits) - accuracy(out)
     worst = max(cost, key=cost.get)
     assert worst.startswith("L0H") and cost[worst] > 0.1, cost

@@ -12,7 +12,7 @@ from transformer_lib.block import TransformerBlock
 from transformer_lib.config import ModelConfig
 from transformer_lib.model import GPT
 from transformer_lib.stream import (Stream, block_gradient_norms, input_gradient_norm, logit_lens,
-                                    residual_jacobian_norms, through_block)
+                                    recording, residual_jacobian_norms)
 
 BASE = dict(vocab_size=13, n_ctx=10, d_model=16, n_layers=3, n_heads=4)
 PRE_NORM = {
@@ -126,10 +126,22 @@ def test_logit_lens_on_the_last_state_gives_the_logits():
         logit_lens(torch.nn.Linear(2, 2), h)
 
 
-def test_through_block_without_a_stream_is_the_block():
+def test_recording_reads_the_blocks_own_values_and_leaves_no_hook_behind():
+    """Inside `recording` a block's states and writes are appended as its forward makes them
+    (state between the sub-layers, output; attention's and MLP's writes); afterwards, and after
+    an error, no hook is left on the block, so its later calls run as before."""
     block = TransformerBlock(8, 2).double()
     x = rand(2, 3, 8, seed=4)
-    torch.testing.assert_close(through_block(block, x), block(x), atol=0, rtol=0)
+    stream = Stream([x], [])
+    with recording([block], stream):
+        out, (a, m) = block(x, return_stream=True)
+    assert [s is t for s, t in zip(stream.states, [x, x + a, out])] == [True, False, True]
+    torch.testing.assert_close(stream.states[1], x + a, atol=0, rtol=0)
+    assert stream.writes[0] is a and stream.writes[1] is m
+    with pytest.raises(RuntimeError), recording([block], stream):
+        block(torch.ones(2, 3, 8, dtype=torch.float32))
+    assert not any(m._forward_hooks for m in block.modules())
+    torch.testing.assert_close(block(x), out, atol=0, rtol=0)
 
 
 def test_input_gradient_norm_against_autograd_jacobian():

@@ -112,3 +112,32 @@ def test_tiled_shifts_each_query_row_by_its_own_maximum():
     expected = torch.softmax(q @ k.transpose(-2, -1) / 2 ** 0.5, dim=-1) @ v
     got = tiled_attention(q, k, v, block_q=2, block_k=4)
     torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+
+
+def test_peak_memory_leaves_keyword_inputs_and_their_views_uncharged():
+    """An input passed by keyword is as external as one passed by position: a view of it costs
+    nothing, a new tensor costs its bytes."""
+    x = torch.zeros(100)                                        # 400 bytes
+    for call in (lambda f: peak_memory(f, x, exclude_output=False),
+                 lambda f: peak_memory(f, t=x, exclude_output=False)):
+        assert call(lambda t: t.view(10, 10)) == 0
+        assert call(lambda t: t[:50]) == 0
+        assert call(lambda t: t + 1) == 400
+
+
+def test_peak_memory_is_measured_without_autograd_even_with_grad_enabled():
+    """Three exps in a row: without autograd one intermediate is freed as the next is made (two
+    alive at a time); with autograd each would be saved for the backward pass (three alive).
+    The measure is the inference memory whatever the caller's grad mode and the input's
+    requires_grad, and leaves the grad mode as it found it."""
+    x = torch.zeros(256, requires_grad=True)                    # 1024 bytes
+
+    def chain(t):
+        return t.exp().exp().exp()
+    assert torch.is_grad_enabled()
+    assert peak_memory(chain, x, exclude_output=False) == 2 * 1024
+    assert peak_memory(chain, x.detach(), exclude_output=False) == 2 * 1024
+    assert torch.is_grad_enabled()
+    with torch.enable_grad():
+        y = chain(x)
+    assert y.grad_fn is not None                                 # autograd would have kept them

@@ -12,6 +12,7 @@ One module per idea; import from the modules, e.g. ``from transformer_lib.attent
 - ``loading``     Hugging Face GPT-2 and LLaMA weights in a GPT  (Chapters 7 and 9)
 - ``moe``         Router, MoELayer, load-balancing loss  (Chapter 8)
 - ``bert``        BERT-style encoder, the trained all-MiniLM-L6-v2  (Chapters 1, 5 and 9)
+- ``hooks``       named hook points, where a run reads or replaces an activation  (Chapter 4)
 - ``patching``, ``attribution``  activations cached and patched by name; direct logit
   attribution  (Chapters 4, 5 and 7)
 - ``counting``    parameter and FLOP counting  (Chapter 9)
@@ -34,6 +35,7 @@ __all__ = [
     "loading",
     "moe",
     "bert",
+    "hooks",
     "patching",
     "attribution",
     "counting",

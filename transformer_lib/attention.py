@@ -121,20 +121,31 @@ def scaled_dot_product_attention(
         if bias.dtype != q.dtype:
             raise TypeError(f"bias: expected dtype {q.dtype} (the dtype of q), got {bias.dtype}")
         require_broadcastable("bias", bias, target)
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = _scores(q, k, mask, bias, scale)  # (…, n, m)
+    weights = _weights(scores)
+    return weights @ v, weights
 
-    # One pass over the (…, n, m) scores per step: scale q (n·d numbers) rather than the scores,
-    # then torch's fused softmax; a row with no finite score is set to 0 afterwards.
+
+def _scores(q: Tensor, k: Tensor, mask: Tensor | None, bias: Tensor | None,
+            scale: float | None = None) -> Tensor:
+    """The scaled scores with the bias added and ``-inf`` where the mask forbids:
+    ``(…, n, d_k), (…, m, d_k) -> (…, n, m)``. Scales q (n·d numbers) rather than the scores."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = (q * scale) @ k.transpose(-2, -1)  # (…, n, m)
     if bias is not None:
         scores = scores + bias
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))
+    return scores
+
+
+def _weights(scores: Tensor) -> Tensor:
+    """torch's fused softmax over the keys, a row with no finite score set to 0: ``(…, n, m)``."""
     weights = torch.softmax(scores, dim=-1)
     dead = scores.amax(dim=-1, keepdim=True) == float("-inf")  # every key masked: no nan, 0
     if scores.device.type == "meta" or dead.any():  # (meta tensors hold no values to test)
         weights = weights.masked_fill(dead, 0.0)
-    return weights @ v, weights
+    return weights
 
 
 def causal_mask(n: int, m: int | None = None, device: torch.device | str | None = None) -> Tensor:

@@ -27,7 +27,7 @@ class Attribution(NamedTuple):
     """``labels``: c components (``"embed"``, ``"L{l}H{h}"`` for each head, ``"L{l} b_O"``,
     ``"L{l} MLP"``, ``"norm_f bias"``); ``values`` ``(c, b, n)``: each component's direct
     contribution to the logit of the given token at every position. ``values.sum(0)`` is
-    that logit. Chapter 4."""
+    that logit. Chapter 4, through `direct_logit_attribution`."""
 
     labels: list[str]
     values: Tensor

@@ -25,15 +25,16 @@ from transformer_lib import loading
 from transformer_lib._checks import require_bool, require_ids, require_instance, require_tensor
 from transformer_lib.block import TransformerBlock, make_norm
 from transformer_lib.config import ModelConfig
+from transformer_lib.hooks import attached
 from transformer_lib.positional import LearnedPositionalEmbedding
 from transformer_lib.wordpiece import WordPiece
 
 __all__ = ["BertOutput", "BertEncoder", "check_bert_config", "bert_config", "bert_tensors", "bert_key",
            "mean_pool", "key_mask", "minilm_dir", "load_minilm", "tokenize"]
 
-ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
+HF_ACTIVATIONS = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh",
                "relu": "relu"}  # Hugging Face's hidden_act -> our mlp
-LAYER_NAMES = (("attn.q_proj", "attention.self.query"), ("attn.k_proj", "attention.self.key"),
+HF_LAYER_KEYS = (("attn.q_proj", "attention.self.query"), ("attn.k_proj", "attention.self.key"),
                ("attn.v_proj", "attention.self.value"), ("attn.out_proj", "attention.output.dense"),
                ("norm1", "attention.output.LayerNorm"), ("mlp.fc1", "intermediate.dense"),
                ("mlp.fc2", "output.dense"), ("norm2", "output.LayerNorm"))
@@ -51,7 +52,7 @@ class BertOutput(NamedTuple):
     """What `BertEncoder` returns: ``last`` ``(b, n, d)``; ``hidden`` the L + 1 states
     ``(b, n, d)`` (embeddings, then after each block); ``attentions`` the L weight tensors
     ``(b, h, n, n)`` (empty unless asked for); ``pooled`` ``(b, d)``, tanh of a linear map
-    of the first token ([CLS]), or None without a pooler. Chapter 5."""
+    of the first token ([CLS]), or None without a pooler. Library: no chapter names it."""
 
     last: Tensor
     hidden: tuple[Tensor, ...]
@@ -62,7 +63,7 @@ class BertOutput(NamedTuple):
 def check_bert_config(config: ModelConfig) -> None:
     """Reject configs whose layout differs from BERT's: bidirectional, post-norm LayerNorm
     with biases, learned positions, an embedding norm, no final norm, no LM head, no GQA,
-    no experts, an MLP that is not SwiGLU. Chapter 9."""
+    no experts, an MLP that is not SwiGLU. Chapter 9, through `BertEncoder`."""
     require_instance("config", config, ModelConfig, "a ModelConfig")
     wanted = {"causal": False, "norm_first": False, "norm": "layernorm", "bias": True,
               "positional": "learned", "embedding_norm": True, "final_norm": False,
@@ -79,20 +80,20 @@ def check_bert_config(config: ModelConfig) -> None:
 def bert_config(hf: Mapping | object, pooler: bool = True) -> ModelConfig:
     """The `ModelConfig` of a Hugging Face BERT config (a `transformers.BertConfig` or the
     dict of a ``config.json``); ``pooler`` says whether the model has the [CLS] pooler
-    (`BertModel`'s ``add_pooling_layer``). Chapters 5 and 9."""
+    (`BertModel`'s ``add_pooling_layer``). Chapters 9 and 11."""
     d = dict(hf) if isinstance(hf, Mapping) else hf.to_dict() if hasattr(hf, "to_dict") else None
     if d is None:
         raise TypeError(f"hf: expected a BertConfig or a dict, got {type(hf).__name__}")
     act = d.get("hidden_act", "gelu")
-    if act not in ACTIVATIONS:
-        raise ValueError(f"hf['hidden_act']: expected one of {sorted(ACTIVATIONS)}, got {act!r}")
+    if act not in HF_ACTIVATIONS:
+        raise ValueError(f"hf['hidden_act']: expected one of {sorted(HF_ACTIVATIONS)}, got {act!r}")
     if d.get("position_embedding_type", "absolute") != "absolute":
         raise ValueError(f"hf['position_embedding_type']: expected 'absolute', "
                          f"got {d['position_embedding_type']!r}")
     return ModelConfig(vocab_size=d["vocab_size"], n_ctx=d["max_position_embeddings"],
                        d_model=d["hidden_size"], n_layers=d["num_hidden_layers"],
                        n_heads=d["num_attention_heads"], d_ff=d["intermediate_size"],
-                       mlp=ACTIVATIONS[act], norm_first=False, causal=False,
+                       mlp=HF_ACTIVATIONS[act], norm_first=False, causal=False,
                        norm_eps=d.get("layer_norm_eps", 1e-12),
                        n_token_types=d.get("type_vocab_size", 2), embedding_norm=True,
                        final_norm=False, pooler=require_bool("pooler", pooler), lm_head=False)
@@ -100,7 +101,7 @@ def bert_config(hf: Mapping | object, pooler: bool = True) -> ModelConfig:
 
 def mean_pool(hidden: Tensor, attention_mask: Tensor | None = None) -> Tensor:
     """Average of the token vectors that are not padding: ``(b, n, d), (b, n) -> (b, d)``
-    (sentence-transformers' pooling; a mask of all ones averages every token). Chapter 1."""
+    (sentence-transformers' pooling; a mask of all ones averages every token). Library: no chapter names it."""
     if require_tensor("hidden", hidden).dim() != 3:
         raise ValueError(f"hidden: expected shape (batch, n, d), got {tuple(hidden.shape)}")
     if attention_mask is None:
@@ -112,17 +113,9 @@ def mean_pool(hidden: Tensor, attention_mask: Tensor | None = None) -> Tensor:
     return (hidden * w).sum(dim=1) / w.sum(dim=1).clamp(min=1e-9)
 
 
-def _post_norm(block: TransformerBlock, x: Tensor, mask: Tensor | None) -> tuple[Tensor, Tensor]:
-    """One post-norm block that also returns its attention weights: ``(b, n, d) ->
-    ((b, n, d), (b, h, n, n))``; the same sums as ``block(x, mask)``. Chapter 5."""
-    a, weights = block.attn(x, mask=mask, return_weights=True)
-    x1 = block.norm1(x + a)
-    return block.norm2(x1 + block.mlp(x1)), weights
-
-
 def key_mask(attention_mask: Tensor | None, ids: Tensor) -> Tensor | None:
     """Hugging Face's attention mask ``(b, n)`` (1 token, 0 padding) as the attention's
-    boolean mask over keys ``(b, 1, 1, n)``; None stays None. Chapters 1 and 5."""
+    boolean mask over keys ``(b, 1, 1, n)``; None stays None. Library: no chapter names it."""
     if attention_mask is None:
         return None
     require_tensor("attention_mask", attention_mask)
@@ -138,7 +131,7 @@ class BertEncoder(nn.Module):
     Submodules: `tok_emb` (V×d), `pos_emb` (a `LearnedPositionalEmbedding`, n_ctx×d),
     `type_emb` (token types×d, only when ``config.n_token_types``), `emb_norm`, `blocks` (L
     post-norm `TransformerBlock`s, bidirectional), `pooler` (d→d, only with ``config.pooler``).
-    Chapters 1, 5 and 9.
+    Chapter 9.
     """
 
     def __init__(self, config: ModelConfig) -> None:
@@ -152,13 +145,14 @@ class BertEncoder(nn.Module):
         self.emb_norm = make_norm("layernorm", c.d_model, c.norm_eps)
         self.blocks = nn.ModuleList(
             TransformerBlock(c.d_model, c.n_heads, c.d_ff, norm_first=False, activation=c.mlp,
-                             causal=False, norm_eps=c.norm_eps) for _ in range(c.n_layers))
+                             causal=False, norm_eps=c.norm_eps, fused=c.fused)
+            for _ in range(c.n_layers))
         if c.pooler:
             self.pooler = nn.Linear(c.d_model, c.d_model)
 
     def embed(self, ids: Tensor, token_type_ids: Tensor | None = None) -> Tensor:
         """The input vectors, before any attention: ``(b, n) -> (b, n, d)``; a token's vector
-        depends only on its id, its position and its type, never on its neighbours. Chapter 1."""
+        depends only on its id, its position and its type, never on its neighbours. Library: no chapter names it."""
         c = self.config
         require_ids("ids", ids, c.vocab_size, "vocab_size")
         if ids.dim() != 2:
@@ -184,17 +178,18 @@ class BertEncoder(nn.Module):
         """``(b, n)`` ids -> `BertOutput` (``last`` ``(b, n, d)``, L + 1 ``hidden`` states,
         ``attentions`` ``(b, h, n, n)`` per layer when ``return_attention``, ``pooled``
         ``(b, d)``). ``attention_mask`` ``(b, n)``: 1 for tokens, 0 for padding, which no
-        query attends to. Chapters 1 and 5.
+        query attends to. Chapter 9.
         """
         require_bool("return_attention", return_attention)
         x = self.embed(ids, token_type_ids)
         mask = key_mask(attention_mask, ids)
         hidden, attentions = [x], []
-        for block in self.blocks:
-            x, w = _post_norm(block, x, mask)
-            hidden.append(x)
-            if return_attention:
-                attentions.append(w)
+        patterns = {f"blocks.{l}.attn.hook_pattern": lambda w, _name: attentions.append(w)
+                    for l in range(len(self.blocks))} if return_attention else {}
+        with attached(self, patterns):     # a hook on the pattern: the explicit path
+            for block in self.blocks:
+                x = block(x, mask=mask)
+                hidden.append(x)
         pooled = torch.tanh(self.pooler(x[:, 0])) if self.config.pooler else None
         return BertOutput(x, tuple(hidden), tuple(attentions), pooled)
 
@@ -203,15 +198,15 @@ class BertEncoder(nn.Module):
                              config: ModelConfig) -> "BertEncoder":
         """A `BertEncoder` holding the weights of a Hugging Face `BertModel`: each tensor,
         e.g. ``intermediate.dense.weight`` ``(d_ff, d)``, is checked against the shape the
-        config gives (tensor names: `bert_tensors`). Chapters 5 and 9."""
+        config gives (tensor names: `bert_tensors`). Chapter 5, through `load_minilm`."""
         check_bert_config(config)
         return loading.copy_tensors(cls(config), bert_tensors(state_dict, config))
 
 
 def bert_key(name: str) -> str:
     """Hugging Face's `BertModel` key of one of our parameter names, e.g.
-    ``blocks.0.mlp.fc1.weight -> encoder.layer.0.intermediate.dense.weight``. Chapter 9."""
-    return loading._renamed(name, LAYER_NAMES, TOP_NAMES, "encoder.layer.")
+    ``blocks.0.mlp.fc1.weight -> encoder.layer.0.intermediate.dense.weight``. Library: no chapter names it."""
+    return loading._renamed(name, HF_LAYER_KEYS, TOP_NAMES, "encoder.layer.")
 
 
 def bert_tensors(state_dict: Mapping[str, Tensor],
@@ -219,7 +214,7 @@ def bert_tensors(state_dict: Mapping[str, Tensor],
     """Our parameter name -> (Hugging Face key, tensor) for a `BertModel`; keys with or
     without the ``bert.`` prefix. Hugging Face's BERT uses ``nn.Linear``'s ``(out, in)``
     layout and separate query/key/value, so tensors copy as they are; a tensor the config
-    does not use (a pooler with ``pooler=False``, an MLM head) is an error. Chapter 9.
+    does not use (a pooler with ``pooler=False``, an MLM head) is an error. Chapter 9, through `BertEncoder`.
     """
     require_instance("state_dict", state_dict, Mapping, "a dict of tensors")
     check_bert_config(config)
@@ -238,7 +233,7 @@ def _used_keys(c: ModelConfig) -> set[str]:
     """The Hugging Face keys a config's encoder reads. Chapter 9."""
     top = {k for k in TOP_NAMES if (c.n_token_types or not k.startswith("type_emb"))
            and (c.pooler or not k.startswith("pooler"))}
-    layers = {f"blocks.{i}.{ours}.{p}" for i in range(c.n_layers) for ours, _ in LAYER_NAMES
+    layers = {f"blocks.{i}.{ours}.{p}" for i in range(c.n_layers) for ours, _ in HF_LAYER_KEYS
               for p in ("weight", "bias")}
     return {bert_key(name) for name in top | layers}
 
@@ -246,7 +241,7 @@ def _used_keys(c: ModelConfig) -> set[str]:
 # --------------------------------------------------------------------------- all-MiniLM-L6-v2
 def minilm_dir() -> Path:
     """The folder of the packaged all-MiniLM-L6-v2 (``config.json``, ``model.safetensors``,
-    ``tokenizer.json``); an ImportError says how to install it when it is missing. Chapter 1."""
+    ``tokenizer.json``); an ImportError says how to install it when it is missing. Chapters 9 and 11."""
     try:
         package = __import__(MINILM_PACKAGE)
     except ImportError as err:
@@ -259,7 +254,7 @@ def minilm_dir() -> Path:
 def load_minilm() -> tuple[BertEncoder, WordPiece]:
     """The trained all-MiniLM-L6-v2 in a `BertEncoder` (``eval()`` mode) and its WordPiece
     tokenizer (the course's `WordPiece`, read from the package's ``tokenizer.json``), from the
-    installed package: weights by ``safetensors``, nothing downloaded. Chapters 1, 5 and 9."""
+    installed package: weights by ``safetensors``, nothing downloaded. Chapters 1 and 5."""
     from safetensors.torch import load_file
 
     folder = minilm_dir()

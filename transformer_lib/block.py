@@ -24,6 +24,7 @@ from transformer_lib._checks import (require_bool, require_choice, require_insta
                                      require_positive, require_width)
 from transformer_lib.config import MLP_KINDS as ACTIVATIONS
 from transformer_lib.config import NORM_KINDS as NORMS
+from transformer_lib.hooks import HookPoint
 from transformer_lib.multihead import MultiHeadAttention
 
 __all__ = ["LayerNorm", "RMSNorm", "MLP", "make_norm", "TransformerBlock", "ACTIVATIONS", "NORMS"]
@@ -110,7 +111,7 @@ class MLP(nn.Module):
 
 
 def make_norm(norm: str, d: int, eps: float, bias: bool = True) -> nn.Module:
-    """``"layernorm"`` -> ``LayerNorm(d, eps, bias)``, ``"rmsnorm"`` -> ``RMSNorm(d, eps)``. Chapter 3."""
+    """``"layernorm"`` -> ``LayerNorm(d, eps, bias)``, ``"rmsnorm"`` -> ``RMSNorm(d, eps)``. Chapter 3, through `TransformerBlock`."""
     require_choice("norm", norm, NORMS)
     return LayerNorm(d, eps=eps, bias=bias) if norm == "layernorm" else RMSNorm(d, eps=eps)
 
@@ -121,7 +122,7 @@ class TransformerBlock(nn.Module):
     ``(batch, n, d_model) -> (batch, n, d_model)`` (unbatched ``(n, d_model)`` works too).
     ``residual=False`` drops both skip connections (``x1 = Attn(LN1(x))`` etc.), for the
     Chapter 4 experiments. Other keywords are passed to ``MultiHeadAttention`` (``rope_base``
-    is RoPE's θ) and ``MLP``.
+    is RoPE's θ, ``fused`` chooses its path) and ``MLP``.
 
     Chapters 3–4.
     """
@@ -143,17 +144,21 @@ class TransformerBlock(nn.Module):
         alibi: bool = False,
         norm_eps: float = 1e-5,
         residual: bool = True,
+        fused: bool = True,
     ):
         super().__init__()
         require_bool("norm_first", norm_first)
         require_bool("residual", residual)
         self.d_model, self.norm_first, self.residual = d_model, norm_first, residual
+        self.hook_resid_pre = HookPoint()
         self.attn = MultiHeadAttention(d_model, n_heads, bias=bias, causal=causal,
                                        n_kv_heads=n_kv_heads, rope=rope, rope_base=rope_base,
-                                       alibi=alibi)
+                                       alibi=alibi, fused=fused)
         self.norm1 = make_norm(norm, d_model, norm_eps, bias)
+        self.hook_attn_out, self.hook_resid_mid = HookPoint(), HookPoint()
         self.mlp = MLP(d_model, d_ff, activation, bias)
         self.norm2 = make_norm(norm, d_model, norm_eps, bias)
+        self.hook_mlp_out, self.hook_resid_post = HookPoint(), HookPoint()
 
     def forward(
         self,
@@ -171,20 +176,23 @@ class TransformerBlock(nn.Module):
         In pre-norm with residuals the stream decomposes exactly,
         ``out == x + attn_write + mlp_write``. In post-norm the norms after each addition
         rescale the whole stream (input and writes together), so no such sum holds; the
-        writes are still what each sub-layer produced. Chapter 4.
+        writes are still what each sub-layer produced. Hook points (``transformer_lib.hooks``):
+        ``hook_resid_pre``, ``hook_attn_out``, ``hook_resid_mid`` (the state between the two
+        sub-layers, after ``norm1`` in post-norm), ``hook_mlp_out``, ``hook_resid_post``, all
+        ``(b, n, d)``. Chapter 4.
         """
-        require_width("x", x, self.d_model)
-        skip = (lambda h: h) if self.residual else (lambda h: torch.zeros_like(h))
+        x = self.hook_resid_pre(x)
+        skip = (lambda h: h) if self.residual else torch.zeros_like
         if self.norm_first:
-            a = self.attn(self.norm1(x), mask=mask, cache=cache, positions=positions)
-            x1 = skip(x) + a
-            m = self.mlp(self.norm2(x1))
-            out = skip(x1) + m
+            a = self.hook_attn_out(self.attn(self.norm1(x), mask=mask, cache=cache, positions=positions))
+            x1 = self.hook_resid_mid(skip(x) + a)
+            m = self.hook_mlp_out(self.mlp(self.norm2(x1)))
+            out = self.hook_resid_post(skip(x1) + m)
         else:
-            a = self.attn(x, mask=mask, cache=cache, positions=positions)
-            x1 = self.norm1(skip(x) + a)
-            m = self.mlp(x1)
-            out = self.norm2(skip(x1) + m)
+            a = self.hook_attn_out(self.attn(x, mask=mask, cache=cache, positions=positions))
+            x1 = self.hook_resid_mid(self.norm1(skip(x) + a))
+            m = self.hook_mlp_out(self.mlp(x1))
+            out = self.hook_resid_post(self.norm2(skip(x1) + m))
         return (out, [a, m]) if return_stream else out
 
     @classmethod

@@ -37,7 +37,7 @@ _PRETOKEN = regex.compile(GPT2_PATTERN)
 
 def check_special_tokens(special_tokens: object) -> list[str]:
     """The special tokens as a list of distinct non-empty strings (``None`` -> ``[]``); else
-    ``TypeError``/``ValueError`` naming ``special_tokens``. Chapter 11."""
+    ``TypeError``/``ValueError`` naming ``special_tokens``. Chapter 11, through `pretoken_counts`."""
     if special_tokens is None:
         return []
     if isinstance(special_tokens, (str, bytes)) or not isinstance(special_tokens, Iterable):
@@ -54,7 +54,7 @@ def check_special_tokens(special_tokens: object) -> list[str]:
 
 def special_pattern(special_tokens: Sequence[str]) -> regex.Pattern | None:
     """A pattern matching any special token, the longest first where two overlap (so that
-    ``<|a|><|b|>`` is one token if it is special, not ``<|a|>`` and then ``<|b|>``). Chapter 11."""
+    ``<|a|><|b|>`` is one token if it is special, not ``<|a|>`` and then ``<|b|>``). Chapter 11, through `Tokenizer`."""
     if not special_tokens:
         return None
     ordered = sorted(special_tokens, key=lambda t: (-len(t), t))
@@ -63,7 +63,7 @@ def special_pattern(special_tokens: Sequence[str]) -> regex.Pattern | None:
 
 def split_special(text: str, special_tokens: Sequence[str]) -> Iterator[tuple[str, bool]]:
     """``text`` as consecutive pieces ``(piece, is_special)``: the special tokens, longest first
-    where two overlap, and the (non-empty) text between them. Chapter 11."""
+    where two overlap, and the (non-empty) text between them. Chapter 11, through `pretoken_counts`."""
     pattern = special_pattern(special_tokens)
     start = 0
     for m in pattern.finditer(text) if pattern is not None else ():
@@ -156,7 +156,7 @@ def merge_delta(word: Sequence[int], pair: tuple[int, int], new: int) -> dict[tu
     """How the pair counts of ``word`` change when ``pair`` becomes token ``new``: each merged
     occurrence loses ``pair`` and its neighbour pairs ``(x, a)``, ``(b, y)`` and gains
     ``(x, new)``, ``(new, y)``; two merged occurrences side by side lose ``(b, a)`` and gain
-    ``(new, new)``. Only the changed pairs are listed. Chapter 11."""
+    ``(new, new)``. Only the changed pairs are listed. Library: no chapter names it."""
     return _merge_with_delta(tuple(word), pair, new)[1]
 
 

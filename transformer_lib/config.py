@@ -17,7 +17,7 @@ MLP_KINDS = ("relu", "gelu", "gelu_tanh", "swiglu")
 NORM_KINDS = ("layernorm", "rmsnorm")
 POSITIONAL_KINDS = ("learned", "sinusoidal", "rope", "alibi", "none")
 FLAGS = ("norm_first", "bias", "tied_embeddings", "causal", "embedding_norm", "final_norm",
-         "pooler", "lm_head")
+         "pooler", "lm_head", "fused")
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,9 @@ class ModelConfig:
       (a d×d tanh layer on the first token), `lm_head` (an unembedding to V logits);
     - mixture of experts: `n_experts` E (0 = a dense MLP in every block; otherwise every
       block's MLP is an `MoELayer` of E experts, each of width `d_ff`), `top_k` K experts per
-      token, `capacity_factor` (None = no limit; see `MoELayer`).
+      token, `capacity_factor` (None = no limit; see `MoELayer`);
+    - `fused`: the attention layers may take torch's fused kernel (False: always the explicit
+      path; the same numbers up to float rounding, no parameter or FLOP changes).
     Derived: `d_head` = d_model / n_heads, `kv_dim` = n_kv_heads · d_head, `n_groups`.
     Chapters 7, 8 and 9.
     """
@@ -68,6 +70,7 @@ class ModelConfig:
     n_experts: int = 0
     top_k: int = 2
     capacity_factor: float | None = None
+    fused: bool = True
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "n_ctx", "d_model", "n_layers", "n_heads"):
@@ -109,7 +112,7 @@ class ModelConfig:
 
     @property
     def d_head(self) -> int:
-        """Width of one head, d_k = d_model / n_heads. Chapter 9."""
+        """Width of one head, d_k = d_model / n_heads. Chapter 7."""
         return self.d_model // self.n_heads
 
     @property
@@ -119,5 +122,5 @@ class ModelConfig:
 
     @property
     def n_groups(self) -> int:
-        """Query heads that share one key/value head (1 = plain multi-head). Chapter 9."""
+        """Query heads that share one key/value head (1 = plain multi-head). Library: no chapter names it."""
         return self.n_heads // self.n_kv_heads

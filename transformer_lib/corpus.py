@@ -36,7 +36,7 @@ def shakespeare_works() -> dict[str, str]:
     """The corpus, one edition per work: ``{name: text}`` for 42 plays and poems, sorted by name.
 
     The ``*_gut.txt`` files of ``shksprdata/texts/``, read as ASCII; ``name`` is the file name
-    without ``_gut.txt`` (``"hamlet"``, ``"sonnets"``). Chapter 7.
+    without ``_gut.txt`` (``"hamlet"``, ``"sonnets"``). Library: no chapter names it.
     """
     try:
         folder = importlib.resources.files(PACKAGE) / "texts"
@@ -49,14 +49,14 @@ def shakespeare_works() -> dict[str, str]:
 
 def shakespeare_text() -> str:
     """The whole corpus as one string: the works of :func:`shakespeare_works` in name order,
-    joined by a blank line (``"\\n\\n"``), 5,057,280 characters. Chapter 7."""
+    joined by a blank line (``"\\n\\n"``), 5,057,280 characters. Library: no chapter names it."""
     return "\n\n".join(shakespeare_works().values())
 
 
 def shakespeare_splits() -> tuple[str, str]:
     """The fixed split ``(train, validation)`` of :func:`shakespeare_text` (N characters): the
     validation text is the last ``N // 10`` characters, from inside *Troilus and Cressida* to
-    the end of *The Winter's Tale*; the training text is everything before. Chapter 7."""
+    the end of *The Winter's Tale*; the training text is everything before. Chapter 11."""
     text = shakespeare_text()
     cut = len(text) - len(text) // 10
     return text[:cut], text[cut:]

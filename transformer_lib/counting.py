@@ -103,7 +103,7 @@ def flops_breakdown(config: ModelConfig, n: int) -> dict[str, int]:
     (2·n·d·V), 'other' (pooler on the first token). A mixture of experts runs K experts per
     token ('mlp' grows with K, not E; exact when no capacity limit drops a token) and adds
     'router' (2·n·d·E per layer). Embedding lookups, norms, softmax and elementwise work are
-    not matmuls and count 0. Chapters 8 and 9.
+    not matmuls and count 0. Chapters 9 and 11.
     """
     _check_config(config)
     require_int("n", n)

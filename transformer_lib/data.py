@@ -61,7 +61,7 @@ TINY_TEXT = (
 
 
 class RunningExample(NamedTuple):
-    """The four-token example shared by several chapters (binary toy features). Chapter 2."""
+    """The four-token example shared by several chapters (binary toy features). Chapter 2, through `running_example`."""
 
     tokens: list[str]
     X: Tensor    # (n=4, d=8)
@@ -91,7 +91,7 @@ class CharTokenizer:
     """Map characters to integer ids and back, one id per distinct character (sorted).
 
     Built from a text or an alphabet (any iterable of single characters). ``encode(str) ->
-    (n,)`` LongTensor, ``decode(ids) -> str``. Chapter 7.
+    (n,)`` LongTensor, ``decode(ids) -> str``. Chapter 7, through `shakespeare_tokenizer`.
     """
 
     def __init__(self, text_or_alphabet: str | Iterable[str]) -> None:
@@ -168,7 +168,7 @@ def copy_task(
     """Copy: read ``s`` (n random tokens), a ``SEP``, then reproduce ``s``.
 
     Returns (inputs, targets), each ``(batch, 2n)``; the first n targets are ``IGNORE_INDEX``.
-    Deterministic given ``generator`` or ``seed`` (default seed 0). Chapter 7.
+    Deterministic given ``generator`` or ``seed`` (default seed 0). Library: no chapter names it.
     """
     _check_task(batch, n, vocab_size)
     s = _random_tokens(batch, n, vocab_size, _generator(generator, seed))
@@ -180,7 +180,7 @@ def reverse_task(
 ) -> tuple[Tensor, Tensor]:
     """Reverse: read ``s``, a ``SEP``, then produce ``s`` backwards.
 
-    Returns (inputs, targets), each ``(batch, 2n)``, as :func:`copy_task`. Chapter 7.
+    Returns (inputs, targets), each ``(batch, 2n)``, as :func:`copy_task`. Library: no chapter names it.
     """
     _check_task(batch, n, vocab_size)
     s = _random_tokens(batch, n, vocab_size, _generator(generator, seed))
@@ -192,7 +192,7 @@ def sort_task(
 ) -> tuple[Tensor, Tensor]:
     """Sort: read ``s``, a ``SEP``, then produce ``s`` in ascending order.
 
-    Returns (inputs, targets), each ``(batch, 2n)``, as :func:`copy_task`. Chapter 7.
+    Returns (inputs, targets), each ``(batch, 2n)``, as :func:`copy_task`. Chapter 4.
     """
     _check_task(batch, n, vocab_size)
     s = _random_tokens(batch, n, vocab_size, _generator(generator, seed))
@@ -285,7 +285,7 @@ def unigram_loss(ids: Tensor, vocab_size: int | None = None) -> float:
     ids ``(…) -> float``.
 
     A language model that ignores the context cannot beat this; ``ln(vocab_size)`` is the loss
-    of a uniform guess. Chapter 7.
+    of a uniform guess. Library: no chapter names it.
     """
     ids = torch.as_tensor(ids).reshape(-1)
     counts = torch.bincount(ids, minlength=vocab_size or 0).double()

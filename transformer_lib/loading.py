@@ -41,7 +41,7 @@ def _require_layout(config: object, wanted: dict, what: str) -> None:
 
 def check_gpt2_config(config: ModelConfig) -> None:
     """Reject configs whose layout differs from GPT-2's (GELU-tanh, LayerNorm with biases,
-    learned positions, tied embeddings, d_ff = 4d, no GQA). Chapter 7."""
+    learned positions, tied embeddings, d_ff = 4d, no GQA). Library: no chapter names it."""
     _require_layout(config, {"mlp": "gelu_tanh", "norm": "layernorm", "norm_first": True,
                              "bias": True, "tied_embeddings": True, "positional": "learned",
                              "final_norm": True, "embedding_norm": False}, "GPT-2")
@@ -52,7 +52,7 @@ def check_gpt2_config(config: ModelConfig) -> None:
 
 def check_llama_config(config: ModelConfig) -> None:
     """Reject configs whose layout differs from LLaMA's (pre-norm RMSNorm, SwiGLU, RoPE, a
-    final norm). Biases, tied embeddings and GQA are free: the tensors decide. Chapters 7 and 9."""
+    final norm). Biases, tied embeddings and GQA are free: the tensors decide. Library: no chapter names it."""
     _require_layout(config, {"mlp": "swiglu", "norm": "rmsnorm", "norm_first": True,
                              "positional": "rope", "final_norm": True, "embedding_norm": False},
                     "LLaMA")
@@ -72,7 +72,7 @@ def gpt2_tensors(state_dict: Mapping[str, Tensor], c: ModelConfig) -> dict[str, 
 
     `Conv1D` stores weights as `(in, out)`, the transpose of `nn.Linear`'s `(out, in)`;
     `attn.c_attn` packs Q, K, V along its output dimension, `(d, 3d) -> 3 × (d, d)`; keys
-    with or without the `transformer.` prefix. Chapter 7.
+    with or without the `transformer.` prefix. Library: no chapter names it.
     """
     require_instance("state_dict", state_dict, Mapping, "a dict of tensors")
     get = _getter({k.removeprefix("transformer."): v for k, v in state_dict.items()},
@@ -115,7 +115,7 @@ def _renamed(name: str, layer_names: Sequence[tuple[str, str]], top_names: Mappi
 
 def llama_key(name: str) -> str:
     """Hugging Face's `LlamaModel` key for one of our parameter names, e.g.
-    `blocks.0.mlp.fc1.weight -> layers.0.mlp.gate_proj.weight`. Chapters 7 and 9."""
+    `blocks.0.mlp.fc1.weight -> layers.0.mlp.gate_proj.weight`. Library: no chapter names it."""
     return _renamed(name, LLAMA_LAYER_NAMES, LLAMA_TOP_NAMES, "layers.")
 
 
@@ -127,7 +127,7 @@ def llama_tensors(state_dict: Mapping[str, Tensor], c: ModelConfig) -> Source:
     k_proj and v_proj `(n_kv_heads·d_head, d)` (GQA), o_proj, gate/up/down -> fc1/fc3/fc2.
     Keys with or without the `model.` prefix (`LlamaModel` has no `lm_head`, fine when
     tied). With tied embeddings a stored `lm_head.weight` must equal `embed_tokens.weight`;
-    a tensor nothing reads (a bias with `bias=False`) is an error. Chapters 7 and 9.
+    a tensor nothing reads (a bias with `bias=False`) is an error. Library: no chapter names it.
     """
     require_instance("state_dict", state_dict, Mapping, "a dict of tensors")
     sd = {k.removeprefix("model."): v for k, v in state_dict.items()}
@@ -150,7 +150,7 @@ def llama_tensors(state_dict: Mapping[str, Tensor], c: ModelConfig) -> Source:
 def copy_tensors(model: nn.Module, source: Source) -> nn.Module:
     """Copy into each parameter of `model` the tensor `source(name)` returns, after checking
     that its shape equals the parameter's `(out, in)`; a tied matrix is copied once.
-    Returns `model`. Chapter 7."""
+    Returns `model`. Chapter 9, through `BertEncoder`."""
     with torch.no_grad():
         for name, param in model.named_parameters():
             key, tensor = source(name)

@@ -8,11 +8,18 @@ Every architectural choice comes from a `ModelConfig`, so the same class builds 
 grouped-query attention, no biases, untied unembedding). `generate` samples one token at a
 time; with `use_cache=True` it runs the prompt once and then feeds only the newest token,
 reusing the keys and values stored by each layer. `GPT.from_gpt2_state_dict` and
-`GPT.from_llama_state_dict` load Hugging Face weights (`transformer_lib.loading`). Chapter 7.
+`GPT.from_llama_state_dict` load Hugging Face weights (`transformer_lib.loading`).
+
+To read the forward pass, start with Chapter 7's `my_gpt`, the same computation written out in
+one function; here it runs `GPT.forward` -> `TransformerBlock.forward` (block.py) ->
+`MultiHeadAttention.forward` (multihead.py), which ends in the attention product. The hook
+points met on the way (`transformer_lib.hooks`) are identities unless a run registers on them.
+Chapter 7.
 """
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 import torch
 from torch import Tensor, nn
 
@@ -23,7 +30,7 @@ from transformer_lib.block import TransformerBlock, make_norm
 from transformer_lib.config import ModelConfig
 from transformer_lib.moe import moe_block
 from transformer_lib.positional import LearnedPositionalEmbedding, sinusoidal_encoding
-from transformer_lib.stream import Stream, through_block
+from transformer_lib.stream import Stream, recording
 
 __all__ = ["GPT"]
 
@@ -36,7 +43,8 @@ def _make_norm(c: ModelConfig) -> nn.Module:
 
 
 def _check_decoder_config(config: object) -> None:
-    """GPT builds decoder-only LMs; encoder extras (BERT) are for counting only. Chapter 7."""
+    """GPT builds decoder-only LMs: the encoder extras (token types, pooler, no LM head) are
+    `BertEncoder`'s. Chapter 7."""
     require_instance("config", config, ModelConfig, "a ModelConfig")
     wanted = {"causal": True, "n_token_types": 0, "pooler": False, "lm_head": True}
     for field, value in wanted.items():
@@ -52,7 +60,7 @@ def _make_block(c: ModelConfig, residual: bool) -> TransformerBlock:
     kwargs = dict(norm_first=c.norm_first, activation=c.mlp, causal=True, bias=c.bias,
                   norm=c.norm, n_kv_heads=c.n_kv_heads, rope=c.positional == "rope",
                   rope_base=c.rope_base, alibi=c.positional == "alibi", norm_eps=c.norm_eps,
-                  residual=residual)
+                  residual=residual, fused=c.fused)
     if c.moe:
         return moe_block(c.d_model, c.n_heads, c.n_experts, c.top_k, c.d_ff,
                          c.capacity_factor, **kwargs)
@@ -128,8 +136,8 @@ class GPT(nn.Module):
 
     def _inputs(self, idx: object, cache: Cache | None,
                 positions: Tensor | None) -> tuple[Tensor, bool, Tensor]:
-        """Validate ids, cache and positions: ``-> (idx (b, n), unbatched, positions (b, n))``,
-        positions by default ``t, …, t + n − 1`` after t cached tokens. Chapter 7."""
+        """The checks of `forward`'s inputs: ids, cache and positions ``-> (idx (b, n), unbatched,
+        positions (b, n))``, positions by default ``t, …, t + n − 1`` after t cached tokens."""
         idx, unbatched = self._check_idx(idx)
         c, n = self.config, idx.shape[1]
         t = self._cache_len(cache)
@@ -146,7 +154,7 @@ class GPT(nn.Module):
     def embed(self, idx: Tensor, positions: Tensor) -> Tensor:
         """The stream's first state: token embeddings plus learned or sinusoidal position
         vectors (none for RoPE, ALiBi and 'none'), then the embedding norm if any:
-        ids ``(b, n)`` at positions ``(b, n)`` -> ``(b, n, d)``. Chapters 4 and 7."""
+        ids ``(b, n)`` at positions ``(b, n)`` -> ``(b, n, d)``. Library: no chapter names it."""
         x = self.tok_emb(idx)                                        # (b, n, d)
         if self.config.positional == "learned":
             x = x + self.pos_emb(positions)
@@ -167,10 +175,11 @@ class GPT(nn.Module):
         `return_stream=True` returns `(logits, Stream(states, writes))`. Chapters 4 and 7.
         """
         idx, unbatched, positions = self._inputs(idx, cache, positions)
-        x = self.embed(idx, positions)
+        x = self.embed(idx, positions)                               # (b, n, d)
         stream = Stream([x], []) if require_bool("return_stream", return_stream) else None
-        for i, block in enumerate(self.blocks):
-            x = through_block(block, x, None if cache is None else cache[i], stream, positions)
+        with nullcontext() if stream is None else recording(self.blocks, stream):
+            for i, block in enumerate(self.blocks):
+                x = block(x, cache=None if cache is None else cache[i], positions=positions)
         logits = self.lm_head(self.norm_f(x))                        # (b, n, V)
         if stream is None:
             return logits[0] if unbatched else logits
@@ -180,10 +189,11 @@ class GPT(nn.Module):
     @staticmethod
     def _sample(logits: Tensor, temperature: float, top_k: int | None,
                 generator: torch.Generator | None) -> Tensor:
-        """`(b, V)` logits -> `(b, 1)` token ids; temperature 0 is greedy. Chapter 7."""
+        """`(b, V)` logits -> `(b, 1)` token ids; temperature 0 is greedy. Half-precision logits
+        are divided, filtered and normalised in float32. Chapter 7."""
         if temperature == 0:
             return logits.argmax(dim=-1, keepdim=True)
-        logits = logits / temperature
+        logits = logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature
         if top_k is not None:
             kth = torch.topk(logits, top_k, dim=-1).values[:, -1:]
             logits = logits.masked_fill(logits < kth, float("-inf"))
@@ -231,7 +241,7 @@ class GPT(nn.Module):
 
         `config` must describe GPT-2's layout (mlp='gelu_tanh' for `gelu_new`, LayerNorm with
         biases, learned positions, tied embeddings); `loading.gpt2_tensors` transposes the
-        `(in, out)` Conv1D weights and splits `c_attn` into Q, K, V. Chapter 7.
+        `(in, out)` Conv1D weights and splits `c_attn` into Q, K, V. Library: no chapter names it.
         """
         _check_decoder_config(config)
         loading.check_gpt2_config(config)
@@ -245,7 +255,7 @@ class GPT(nn.Module):
         `config` must give LLaMA's layout (mlp='swiglu', norm='rmsnorm', positional='rope')
         and the numbers no tensor carries: `n_heads`, `n_kv_heads`, `norm_eps`
         (`rms_norm_eps`) and `rope_base` (`rope_theta`). Tensor names and `(out, in)`
-        layouts: `loading.llama_tensors`. Chapters 7 and 9.
+        layouts: `loading.llama_tensors`. Library: no chapter names it.
         """
         _check_decoder_config(config)
         loading.check_llama_config(config)

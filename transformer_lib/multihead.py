@@ -9,26 +9,24 @@ The same module carries the options later chapters need: a causal mask (Chapter 
 and ALiBi (Chapter 6), grouped-query attention with ``n_kv_heads < n_heads`` (Chapter 9) and
 a key/value cache for generation (Chapter 7).
 
-Two paths compute the same attention. The explicit one (the library's own
-``scaled_dot_product_attention``, two matrix products and a softmax) returns the weights and
-is what ``FlopCounterMode`` counts; the fused one calls ``torch.nn.functional.
-scaled_dot_product_attention``, one kernel that never stores the ``(n, m)`` weights, and is
-what a model trains with. The layer takes the fused path unless the weights are requested,
-``fused`` is False, a torch dispatch mode is active (``FlopCounterMode`` is one: it has no
-formula for the CPU fused kernel, so counting FLOPs takes the explicit path) or a ``torch.func``
-transform (``jacrev``, ``vmap``) is running.
+Two paths compute the same attention. The explicit one (scores, softmax, weights times
+values, as ``transformer_lib.attention.scaled_dot_product_attention``) returns the weights, passes
+the hook points ``hook_scores`` and ``hook_pattern``, and is what ``FlopCounterMode`` counts; the
+fused one calls ``torch.nn.functional.scaled_dot_product_attention``, one kernel that never stores
+the ``(n, m)`` weights, and is what a model trains with. ``MultiHeadAttention._fused_ok`` chooses,
+once per call (Chapter 9).
 """
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch._C._functorch import maybe_current_level
-from torch.utils._python_dispatch import _get_current_dispatch_mode
 
+from transformer_lib import _torch_state
 from transformer_lib._checks import (require_bool, require_instance, require_int, require_mask,
                                      require_positions, require_positive, require_tensor)
-from transformer_lib.attention import causal_mask, scaled_dot_product_attention
+from transformer_lib.attention import _scores, _weights, causal_mask
+from transformer_lib.hooks import HookPoint
 from transformer_lib.positional import alibi_bias_at, apply_rope
 
 __all__ = ["split_heads", "merge_heads", "MultiHeadAttention"]
@@ -57,7 +55,8 @@ class MultiHeadAttention(nn.Module):
     """Multi-head (self- or cross-) attention.
 
     ``q_proj: d -> d``, ``k_proj, v_proj: d -> n_kv_heads·d_k``, ``out_proj: d -> d``; with
-    ``bias=True`` that is ``4d² + 4d`` parameters for any number of heads (Chapter 5).
+    ``bias=True`` and ``n_kv_heads == n_heads`` that is ``4d² + 4d`` parameters for any number
+    of heads (Chapter 5); with fewer key/value heads, ``2d² + 2d·n_kv_heads·d_k`` weights.
 
     - ``causal``: query i sees keys j ≤ i (bottom-right aligned with a cache). Chapter 7.
     - ``n_kv_heads``: grouped-query attention; each group of ``n_heads / n_kv_heads`` query
@@ -66,13 +65,11 @@ class MultiHeadAttention(nn.Module):
       rotate-half pairing, base ``rope_base``, LLaMA's ``rope_theta``); ``alibi``: add
       ``-slope·distance`` to the scores (``positional.alibi_bias_at``). Both need
       self-attention (positions of queries and keys in one sequence). Chapter 6.
-    - ``fused`` (attribute, default True): attend through ``F.scaled_dot_product_attention``
-      when no weights are requested (module docstring). Chapter 7.
+    - ``fused``: attend through ``F.scaled_dot_product_attention`` when nothing needs the
+      explicit path (module docstring); False: always the explicit path. Chapter 9.
 
     Chapter 5.
     """
-
-    fused: bool = True  # a class default; set it on a layer (or on the class) to choose the path
 
     def __init__(
         self,
@@ -85,11 +82,13 @@ class MultiHeadAttention(nn.Module):
         rope: bool = False,
         rope_base: float = 10000.0,
         alibi: bool = False,
+        fused: bool = True,
     ):
         super().__init__()
         require_int("d_model", d_model)
         require_int("n_heads", n_heads)
-        for name, flag in (("bias", bias), ("causal", causal), ("rope", rope), ("alibi", alibi)):
+        for name, flag in (("bias", bias), ("causal", causal), ("rope", rope), ("alibi", alibi),
+                           ("fused", fused)):
             require_bool(name, flag)
         require_positive("rope_base", rope_base)
         if d_model % n_heads != 0:
@@ -110,6 +109,11 @@ class MultiHeadAttention(nn.Module):
         self.k_proj = nn.Linear(d_model, n_kv_heads * self.d_k, bias=bias)
         self.v_proj = nn.Linear(d_model, n_kv_heads * self.d_k, bias=bias)
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)
+        self.fused = fused
+        for name in ("q", "k", "v", "scores", "pattern", "z", "result"):
+            setattr(self, f"hook_{name}", HookPoint())
+        # the points whose activations only the explicit path computes (a plain list: not submodules)
+        self._explicit_points = [self.hook_q, self.hook_k, self.hook_v, self.hook_scores, self.hook_pattern]
 
     def extra_repr(self) -> str:
         return (f"d_model={self.d_model}, n_heads={self.n_heads}, n_kv_heads={self.n_kv_heads}, "
@@ -163,71 +167,65 @@ class MultiHeadAttention(nn.Module):
           and ALiBi (Hugging Face's ``position_ids``); default ``t, …, t + n − 1``.
         - ``return_weights``: also return the attention weights ``(b, h, n, m)``.
 
-        Chapter 5.
+        The hook points, in order: ``hook_q`` ``(b, n, h, d_k)``, ``hook_k`` and ``hook_v``
+        ``(b, m, n_kv_heads, d_k)`` (this call's keys and values, before RoPE and the cache),
+        ``hook_scores`` and ``hook_pattern`` ``(b, h, n, m)`` (the scaled, masked scores and the
+        weights), ``hook_z`` ``(b, n, h, d_k)`` (each head's output, before W_O) and, only while
+        something is registered on it, ``hook_result`` ``(b, n, h, d)`` (each head's write;
+        their sum plus W_O's bias is the output). Chapter 5.
         """
-        fused = (self.fused and not return_weights and _get_current_dispatch_mode() is None
-                 and maybe_current_level() is None)  # torch.func: no batching rule for the fused backward
-        q, k, v, mask, bias, is_causal = self._prepare(x, context, mask, cache, positions, fused)
+        self._check_input("x", x)
+        if context is not None:
+            self._check_context(x, context, cache, positions)
+        fused = self._fused_ok(return_weights)
+        batched = x if x.ndim == 3 else x.unsqueeze(0)
+        src = batched if context is None else context if context.ndim == 3 else context.unsqueeze(0)
+        if positions is not None:
+            positions = require_positions("positions", positions, batched.shape[0], batched.shape[1])
+        (b, n, _), m, h, h_kv = batched.shape, src.shape[1], self.n_heads, self.n_kv_heads
+        q = self.hook_q(self.q_proj(batched).view(b, n, h, self.d_k)).transpose(1, 2)
+        k = self.hook_k(self.k_proj(src).view(b, m, h_kv, self.d_k)).transpose(1, 2)
+        v = self.hook_v(self.v_proj(src).view(b, m, h_kv, self.d_k)).transpose(1, 2)
+        q, k, v, q_pos, k_pos = self._extend_cache(q, k, v, cache, positions)  # (b, h, n, d_k) …
+        # the fused kernel's own causal flag (top-left aligned) serves when nothing else masks
+        is_causal = fused and self.causal and mask is None and not self.alibi and q.shape[-2] == k.shape[-2]
+        mask, bias = self._mask_and_bias(mask, q, k, q_pos, k_pos, self.causal and not is_causal)
         if fused:
             if bias is not None:  # ALiBi as an additive mask, -inf where the mask forbids
                 mask = bias if mask is None else bias.masked_fill(~mask, float("-inf"))
-            out, weights = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
-                                                          enable_gqa=self.n_kv_heads < self.n_heads), None
+            z = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=is_causal,
+                                               enable_gqa=h_kv < h)
+            weights = None
         else:
-            out, weights = scaled_dot_product_attention(q, k, v, mask=mask, bias=bias)
-        out = self.out_proj(merge_heads(out))  # (b, n, d)
+            if h_kv < h:  # every query head in a group reads the same key/value head
+                k, v = k.repeat_interleave(h // h_kv, dim=-3), v.repeat_interleave(h // h_kv, dim=-3)
+            weights = self.hook_pattern(_weights(self.hook_scores(_scores(q, k, mask, bias))))
+            z = weights @ v                                              # (b, h, n, d_k)
+        out = self._write(self.hook_z(z.transpose(1, 2)))                # (b, n, d)
         if x.ndim == 2:
             out = out.squeeze(0)
             weights = None if weights is None else weights.squeeze(0)
         return (out, weights) if return_weights else out
 
-    def project(
-        self,
-        x: Tensor,
-        context: Tensor | None = None,
-        mask: Tensor | None = None,
-        cache: dict | None = None,
-        positions: Tensor | None = None,
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor | None]:
-        """Everything ``forward`` does before the attention itself: the arguments as in
-        ``forward`` -> ``(q, k, v, mask, bias)``, ready for ``scaled_dot_product_attention``.
+    def _fused_ok(self, return_weights: bool) -> bool:
+        """The one place that chooses the path: the fused kernel unless ``fused`` is False, the
+        weights are asked for, a hook reads q, k, v, the scores or the pattern, or torch is
+        counting or transforming (``_torch_state``). Chapter 9."""
+        if not self.fused or return_weights or any(p._forward_hooks for p in self._explicit_points):
+            return False
+        return not (_torch_state.dispatch_mode_active() or _torch_state.transform_active())
 
-        q ``(b, h, n, d_k)``; k, v ``(b, h, m, d_k)`` with the cache prepended and each
-        key/value head repeated for its group of query heads; the boolean mask (the causal
-        mask included) and the ALiBi bias, each broadcastable to ``(b, h, n, m)`` or None.
-        Unbatched input gives b = 1. ``transformer_lib.patching`` calls it to reach each
-        head's weights and output. Chapters 4 and 5.
-        """
-        return self._prepare(x, context, mask, cache, positions, fused=False)[:5]
-
-    def _prepare(
-        self, x: Tensor, context: Tensor | None, mask: Tensor | None, cache: dict | None,
-        positions: Tensor | None, fused: bool,
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor | None, Tensor | None, bool]:
-        """``project``'s work and whether the fused kernel's causal flag replaces the causal mask;
-        for the fused kernel (``fused``) k and v keep their ``n_kv_heads``. Chapter 7."""
-        self._check_input("x", x)
-        if context is not None:
-            self._check_context(x, context, cache, positions)
-        if x.ndim == 2:
-            x = x.unsqueeze(0)
-            context = None if context is None else context.unsqueeze(0)
-        src = x if context is None else context
-
-        q = split_heads(self.q_proj(x), self.n_heads)  # (b, h, n, d_k)
-        k = split_heads(self.k_proj(src), self.n_kv_heads)  # (b, h_kv, n_src, d_k)
-        v = split_heads(self.v_proj(src), self.n_kv_heads)
-        if positions is not None:
-            positions = require_positions("positions", positions, x.shape[0], x.shape[1])
-        q, k, v, q_pos, k_pos = self._extend_cache(q, k, v, cache, positions)
-        # the fused kernel's own causal flag (top-left aligned) serves when nothing else masks
-        is_causal = fused and self.causal and mask is None and not self.alibi and q.shape[-2] == k.shape[-2]
-        mask, bias = self._mask_and_bias(mask, q, k, q_pos, k_pos, self.causal and not is_causal)
-
-        group = self.n_heads // self.n_kv_heads
-        if group > 1 and not fused:  # every query head in a group reads the same key/value head
-            k, v = k.repeat_interleave(group, dim=-3), v.repeat_interleave(group, dim=-3)
-        return q, k, v, mask, bias, is_causal
+    def _write(self, z: Tensor) -> Tensor:
+        """Each head's output ``(b, n, h, d_k)`` through W_O -> ``(b, n, d)``; with a hook on
+        ``hook_result``, head by head: ``(b, n, h, d)``, summed. Chapter 4."""
+        if not self.hook_result.active:
+            return self.out_proj(z.flatten(2))
+        w_o = self.out_proj.weight.T.reshape(self.n_heads, self.d_k, self.d_model)  # (h, d_k, d)
+        result = torch.einsum("bnhk,hkd->bnhd", z, w_o)
+        new = self.hook_result(result)
+        if new is result:
+            return self.out_proj(z.flatten(2))                 # the layer's own sum, bit for bit
+        return new.sum(2) + (0.0 if self.out_proj.bias is None else self.out_proj.bias)
 
     def _mask_and_bias(
         self, mask: Tensor | None, q: Tensor, k: Tensor, q_pos: Tensor, k_pos: Tensor, causal: bool

@@ -6,11 +6,16 @@
 
 (`transformer_lib.attribution` splits the logits into what each component writes.)
 
-`model` is a `GPT` (output: logits ``(b, n, V)``) or a `BertEncoder` (output: the last hidden
-states ``(b, n, d)``). Names follow TransformerLens; for b sequences of n tokens, h heads of
-width d_k and width d, layer l counted from 0:
+The names are those of the model's hook points (`transformer_lib.hooks`), so `model` is any
+module built from the library's blocks and attention layers: a `GPT` (output: logits
+``(b, n, V)``), a `BertEncoder` (output: the last hidden states ``(b, n, d)``), a GPT with
+mixture-of-experts blocks, or a model of one's own that holds `MultiHeadAttention` layers.
+Names follow TransformerLens; for b sequences of n tokens, h heads of width d_k and width d,
+layer l counted from 0:
 
     blocks.{l}.hook_resid_pre     (b, n, d)       the stream entering block l
+    blocks.{l}.attn.hook_q        (b, n, h, d_k)  the queries (keys, values: hook_k, hook_v)
+    blocks.{l}.attn.hook_scores   (b, h, n, n)    the scaled, masked scores
     blocks.{l}.attn.hook_pattern  (b, h, n, n)    each head's attention weights (query, key)
     blocks.{l}.attn.hook_z        (b, n, h, d_k)  each head's output, A V, before W_O
     blocks.{l}.attn.hook_result   (b, n, h, d)    each head's write: z times its d_k rows of W_O
@@ -20,12 +25,11 @@ width d_k and width d, layer l counted from 0:
     blocks.{l}.hook_resid_post    (b, n, d)       the stream leaving block l
 
 In a post-norm model (BERT) ``resid_mid`` and ``resid_post`` are the states after the norm
-that follows each addition. The runs go through the model's own modules in the order of its
-forward pass (`GPT.embed`, `MultiHeadAttention.project`, the norms, the MLP) and stop at each
-name; `GPT.forward` itself carries no hooks, so a model used without them pays nothing.
-The runs attend explicitly (they need each head's output), so without patches a run gives
-exactly the output of the model's explicit path (`MultiHeadAttention.fused = False`) and the
-output of its default, fused path up to float rounding (about 1e-7 in float32).
+that follows each addition. A run registers a function on each point it reads or patches and
+calls the model's own ``forward``: there is one implementation of the block and of attention.
+A layer whose q, k, v, scores or pattern is read or patched attends explicitly; so a run that
+caches everything gives exactly the output of the model's explicit path (``fused=False``) and
+that of its default, fused path up to float rounding (about 1e-7 in float32).
 Chapters 4, 5 and 7.
 """
 from __future__ import annotations
@@ -37,15 +41,12 @@ import torch
 from torch import Tensor, nn
 
 from transformer_lib._checks import require_instance, require_tensor
-from transformer_lib.attention import scaled_dot_product_attention
-from transformer_lib.bert import BertEncoder, key_mask
+from transformer_lib.bert import BertOutput
+from transformer_lib.hooks import attached, hook_points
 from transformer_lib.model import GPT
 
-__all__ = ["LAYER_NAMES", "Patch", "activation_names", "run_with_cache", "run_with_patch",
+__all__ = ["Patch", "activation_names", "run_with_cache", "run_with_patch",
            "patch_each_head", "recovered_fraction"]
-
-LAYER_NAMES = ("hook_resid_pre", "attn.hook_pattern", "attn.hook_z", "attn.hook_result",
-               "hook_attn_out", "hook_resid_mid", "hook_mlp_out", "hook_resid_post")
 
 
 class Patch(NamedTuple):
@@ -60,21 +61,21 @@ class Patch(NamedTuple):
 
 
 def activation_names(model: nn.Module) -> list[str]:
-    """Every name a run can cache or patch, layer by layer. Chapters 4, 5 and 7."""
-    _check_model(model)
-    return [f"blocks.{l}.{name}" for l in range(len(model.blocks)) for name in LAYER_NAMES]
-
-
-def _check_model(model: object) -> None:
-    require_instance("model", model, (GPT, BertEncoder), "a GPT or a BertEncoder")
+    """Every name a run can cache or patch, in the order of the forward pass.
+    Chapter 5, through `patch_each_head`."""
+    names = list(hook_points(model))
+    if not names:
+        raise TypeError(f"model: expected a model with hook points (a GPT, a BertEncoder or one "
+                        f"built from MultiHeadAttention layers), got {type(model).__name__}")
+    return names
 
 
 # --------------------------------------------------------------------------- patches
 def _axes(name: str) -> tuple[int, int | None]:
     """The position axis and the head axis (None without heads) of a named activation."""
-    if name.endswith("hook_pattern"):
+    if name.endswith(("hook_pattern", "hook_scores")):
         return 2, 1
-    return (1, 2) if name.endswith(("hook_z", "hook_result")) else (1, None)
+    return (1, 2) if name.endswith(("hook_q", "hook_k", "hook_v", "hook_z", "hook_result")) else (1, None)
 
 
 def _axis_mask(name: str, field: str, index: object, size: int, axis: int, ndim: int) -> Tensor:
@@ -106,11 +107,12 @@ def _splice(name: str, patch: Patch, act: Tensor) -> Tensor:
 
 
 def _apply(name: str, patch: object, act: Tensor) -> Tensor:
-    """A tensor replaces the activation, a `Patch` part of it, a function maps it."""
+    """A tensor replaces the activation, a `Patch` part of it, a function of the activation
+    and the point's name maps it."""
     if isinstance(patch, Patch):
         new = _splice(name, patch, act)
     elif isinstance(patch, Tensor) or callable(patch):
-        new = patch if isinstance(patch, Tensor) else patch(act)
+        new = patch if isinstance(patch, Tensor) else patch(act, name)
     else:
         raise TypeError(f"patches[{name!r}]: expected a tensor, a Patch or a function, "
                         f"got {type(patch).__name__}")
@@ -122,94 +124,60 @@ def _apply(name: str, patch: object, act: Tensor) -> Tensor:
     return new
 
 
-class _Hooks:
-    """What a run does at each name: replace (patches), then record (cache)."""
+# --------------------------------------------------------------------------- the runs
+def _run(model: nn.Module, idx: Tensor, patches: dict | None, cache: dict | None,
+         names: Sequence[str] | Callable[[str], bool] | None, attention_mask: Tensor | None,
+         token_type_ids: Tensor | None) -> Tensor:
+    """The model's own forward with a function on every point patched or cached."""
+    points = activation_names(model)
+    patches = {} if patches is None else require_instance("patches", patches, dict, "a dict")
+    unknown = sorted(set(patches) - set(points))
+    if unknown:
+        example = next((name for name in points if name.endswith("hook_z")), points[0])
+        raise ValueError(f"patches: expected names of activation_names(model), such as "
+                         f"{example!r}, got {unknown[:3]}")
+    if cache is None or names is None:
+        wanted = (lambda _: cache is not None)
+    elif callable(names):
+        wanted = names
+    else:
+        names = set(require_instance("names", names, (list, tuple, set), "a list of names or a function"))
+        if names - set(points):
+            raise ValueError(f"names: expected names of activation_names(model), got "
+                             f"{sorted(names - set(points))[:3]}")
+        wanted = names.__contains__
 
-    def __init__(self, patches: dict, cache: dict | None) -> None:
-        self.patches, self.cache = patches, cache
-
-    def wants(self, name: str) -> bool:
-        return self.cache is not None or name in self.patches
-
-    def __call__(self, name: str, act: Tensor) -> Tensor:
-        if name in self.patches:
-            act = _apply(name, self.patches[name], act)
-        if self.cache is not None:
-            self.cache[name] = act
+    def at(act: Tensor, name: str) -> Tensor:
+        if name in patches:
+            act = _apply(name, patches[name], act)
+        if cache is not None and wanted(name):
+            cache[name] = act
         return act
 
-
-# --------------------------------------------------------------------------- the runs
-def _attention(attn: nn.Module, x: Tensor, hooks: _Hooks, at: str, mask: Tensor | None,
-               positions: Tensor | None) -> Tensor:
-    """`MultiHeadAttention.forward` with names: ``(b, n, d) -> (b, n, d)``."""
-    q, k, v, mask, bias = attn.project(x, mask=mask, positions=positions)
-    z, pattern = scaled_dot_product_attention(q, k, v, mask=mask, bias=bias)  # (b, h, n, d_k)
-    if hooks.wants(at + "hook_pattern"):
-        new = hooks(at + "hook_pattern", pattern)
-        z = z if new is pattern else new @ v
-    z = hooks(at + "hook_z", z.transpose(1, 2))                                # (b, n, h, d_k)
-    if not hooks.wants(at + "hook_result"):
-        return attn.out_proj(z.flatten(2))
-    w_o = attn.out_proj.weight.T.reshape(attn.n_heads, attn.d_k, attn.d_model)  # (h, d_k, d)
-    result = hooks(at + "hook_result", torch.einsum("bnhk,hkd->bnhd", z, w_o))
-    if at + "hook_result" not in hooks.patches:
-        return attn.out_proj(z.flatten(2))                # the model's own sum, bit for bit
-    b_o = attn.out_proj.bias
-    return result.sum(2) + (0.0 if b_o is None else b_o)
-
-
-def _block(block: nn.Module, x: Tensor, hooks: _Hooks, at: str, mask: Tensor | None,
-           positions: Tensor | None) -> Tensor:
-    """`TransformerBlock.forward` (pre- or post-norm) with names: ``(b, n, d) -> (b, n, d)``."""
-    skip = (lambda h: h) if block.residual else torch.zeros_like
-    x = hooks(at + "hook_resid_pre", x)
-    a = _attention(block.attn, block.norm1(x) if block.norm_first else x, hooks, at + "attn.",
-                   mask, positions)
-    a = hooks(at + "hook_attn_out", a)
-    if block.norm_first:
-        mid = hooks(at + "hook_resid_mid", skip(x) + a)
-        m = hooks(at + "hook_mlp_out", block.mlp(block.norm2(mid)))
-        return hooks(at + "hook_resid_post", skip(mid) + m)
-    mid = hooks(at + "hook_resid_mid", block.norm1(skip(x) + a))
-    m = hooks(at + "hook_mlp_out", block.mlp(mid))
-    return hooks(at + "hook_resid_post", block.norm2(skip(mid) + m))
-
-
-def _run(model: nn.Module, idx: Tensor, patches: dict | None, cache: dict | None,
-         attention_mask: Tensor | None, token_type_ids: Tensor | None) -> Tensor:
-    _check_model(model)
-    patches = {} if patches is None else require_instance("patches", patches, dict, "a dict")
-    unknown = sorted(set(patches) - set(activation_names(model)))
-    if unknown:
-        raise ValueError(f"patches: expected names of activation_names(model), such as "
-                         f"'blocks.0.attn.hook_z', got {unknown[:3]}")
-    hooks, mask, positions = _Hooks(patches, cache), None, None
+    inputs = {k: v for k, v in (("attention_mask", attention_mask),
+                                ("token_type_ids", token_type_ids)) if v is not None}
     if isinstance(model, GPT):
-        if attention_mask is not None or token_type_ids is not None:
+        if inputs:
             raise ValueError("attention_mask, token_type_ids: expected None for a GPT, got a tensor")
-        idx, unbatched, positions = model._inputs(idx, None, None)
-        if unbatched:
-            raise ValueError(f"idx: expected shape (batch, n), got {tuple(idx.shape[1:])}")
-        x = model.embed(idx, positions)
-    else:
-        x = model.embed(idx, token_type_ids)
-        mask = key_mask(attention_mask, idx)
-    for l, block in enumerate(model.blocks):
-        x = _block(block, x, hooks, f"blocks.{l}.", mask, positions)
-    return model.lm_head(model.norm_f(x)) if isinstance(model, GPT) else x
+        if require_tensor("idx", idx).dim() != 2:
+            raise ValueError(f"idx: expected shape (batch, n), got {tuple(idx.shape)}")
+    with attached(model, {name: at for name in points if name in patches or wanted(name)}):
+        out = model(idx, **inputs)
+    return out.last if isinstance(out, BertOutput) else out
 
 
 def run_with_cache(model: nn.Module, idx: Tensor, patches: dict | None = None, *,
+                   names: Sequence[str] | Callable[[str], bool] | None = None,
                    attention_mask: Tensor | None = None,
                    token_type_ids: Tensor | None = None) -> tuple[Tensor, dict[str, Tensor]]:
-    """Run ``idx`` ``(b, n)`` and keep every named activation: ``-> (output, cache)``, the
+    """Run ``idx`` ``(b, n)`` and keep the named activations: ``-> (output, cache)``, the
     output as the model returns it (GPT: logits ``(b, n, V)``; BertEncoder: last hidden states
     ``(b, n, d)``, with ``attention_mask`` and ``token_type_ids`` as in its forward) and
-    ``cache[name]`` with the shapes of the module docstring. With ``patches`` (as in
-    `run_with_patch`) the cache holds the patched run's activations. Chapters 4, 5 and 7."""
+    ``cache[name]`` with the shapes of the module docstring. ``names``: which activations to
+    keep, a list of names or a function ``name -> bool`` (default all). With ``patches`` (as
+    in `run_with_patch`) the cache holds the patched run's activations. Chapters 4, 5 and 7."""
     cache: dict[str, Tensor] = {}
-    out = _run(model, idx, patches, cache, attention_mask, token_type_ids)
+    out = _run(model, idx, patches, cache, names, attention_mask, token_type_ids)
     return out, cache
 
 
@@ -218,26 +186,28 @@ def run_with_patch(model: nn.Module, idx: Tensor, patches: dict, *,
                    token_type_ids: Tensor | None = None) -> Tensor:
     """The model's output on ``idx`` ``(b, n)`` with named activations replaced:
     ``patches[name]`` is a tensor of the activation's shape (replaces it whole), a `Patch`
-    (replaces some positions and heads by those of its source) or a function of the
-    activation returning its new value (``lambda z: 0 * z`` ablates every head). Whatever
-    reads the activation later in the pass reads the new value. Chapters 5 and 7."""
+    (replaces some positions and heads by those of its source) or a function ``f(act, name)``
+    of the activation and its name returning the new value (``lambda z, name: 0 * z`` ablates
+    every head). Whatever reads the activation later in the pass reads the new value.
+    Chapter 4."""
     require_instance("patches", patches, dict, "a dict")
-    return _run(model, idx, patches, None, attention_mask, token_type_ids)
+    return _run(model, idx, patches, None, None, attention_mask, token_type_ids)
 
 
 def patch_each_head(model: nn.Module, idx: Tensor, source: dict[str, Tensor],
                     metric: Callable[[Tensor, dict[str, Tensor]], float], positions: object = None,
                     layers: Sequence[int] | None = None, **inputs: Tensor | None) -> Tensor:
-    """One run per head: head h of layer l takes its output ``hook_z`` (at ``positions``,
-    default all) from ``source`` (the cache of another run), everything else is the run's
-    own; returns ``metric(output, cache)`` of each run, ``(len(layers), h)`` (default all
-    L layers). ``inputs`` are ``attention_mask`` and ``token_type_ids`` for a BertEncoder.
-    Chapters 5 and 7."""
-    _check_model(model)
-    layers = range(len(model.blocks)) if layers is None else layers
-    out = torch.empty(len(layers), model.blocks[0].attn.n_heads, dtype=torch.float64)
+    """One run per head: head h of attention layer l (the l-th ``hook_z`` of the model) takes
+    its output ``hook_z`` (at ``positions``, default all) from ``source`` (the cache of another
+    run), everything else is the run's own; returns ``metric(output, cache)`` of each run,
+    ``(len(layers), h)`` (default all L layers). ``inputs`` are ``attention_mask`` and
+    ``token_type_ids`` for a BertEncoder. Chapter 5."""
+    z_names = [name for name in activation_names(model) if name.endswith("hook_z")]
+    layers = range(len(z_names)) if layers is None else layers
+    n_heads = model.get_submodule(z_names[0].removesuffix(".hook_z")).n_heads
+    out = torch.empty(len(layers), n_heads, dtype=torch.float64)
     for row, l in enumerate(layers):
-        name = f"blocks.{l}.attn.hook_z"
+        name = z_names[l]
         if name not in source:
             raise ValueError(f"source: expected a cache with {name!r} (from run_with_cache), "
                              f"got keys {sorted(source)[:3]}")

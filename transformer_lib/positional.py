@@ -96,7 +96,7 @@ def _positions(positions: int | Tensor | None, lead: torch.Size, device: torch.d
 
 
 def rope_angles(positions: Tensor, d: int, base: float = 10000.0) -> Tensor:
-    """Rotation angles ``(…,) -> (…, d/2)``: ``θ[…, k] = positions[…] / base^(2k/d)``. Chapter 6."""
+    """Rotation angles ``(…,) -> (…, d/2)``: ``θ[…, k] = positions[…] / base^(2k/d)``. Chapter 6, through `apply_rope`."""
     require_tensor("positions", positions)
     if require_int("d", d) % 2:
         raise ValueError(f"d: expected an even dimension for RoPE, got {d}")
@@ -109,7 +109,7 @@ def rope_cos_sin(
     positions: Tensor, d: int, base: float = 10000.0, dtype: torch.dtype = torch.float32
 ) -> tuple[Tensor, Tensor]:
     """``cos, sin`` of shape ``(…,) -> (…, d)``, each angle repeated for dims k and k + d/2
-    (LLaMA layout). Computed in float64, returned in ``dtype``. Chapter 6.
+    (LLaMA layout). Computed in float64, returned in ``dtype``. Library: no chapter names it.
     """
     theta = rope_angles(positions, d, base)
     emb = torch.cat([theta, theta], dim=-1)
@@ -230,7 +230,7 @@ def alibi_bias_at(
     ``−slope_h · |p_i − p_j|`` with ``p_i = q_positions[…, i]`` and ``p_j = k_positions[…, j]``
     (``−slope_h · (p_i − p_j)`` with ``symmetric=False``); the leading dims broadcast. It
     depends on the positions only through their differences. ``alibi_bias`` is the case of
-    consecutive positions. Chapter 6.
+    consecutive positions. Chapter 6, through `MultiHeadAttention`.
     """
     require_tensor("q_positions", q_positions)
     require_tensor("k_positions", k_positions)

@@ -85,7 +85,7 @@ def non_embedding_params(config: ModelConfig) -> int:
 
 
 def peak_lr(d_model: int) -> float:
-    """The peak learning rate at width d: the lab's 8e-3 at d = 128, scaled by (128/d)^½. Chapter 12."""
+    """The peak learning rate at width d: the lab's 8e-3 at d = 128, scaled by (128/d)^½. Chapter 12, through `train_point`."""
     require_int("d_model", d_model)
     return LAB_DEFAULTS["lr"] * math.sqrt(128 / d_model)
 
@@ -136,7 +136,7 @@ def train_point(budget: float, d_model: int, seed: int, threads: int = 1,
 
 
 def plan_points(plan: dict | None = None) -> list[tuple[float, int, int]]:
-    """The points ``(budget, d_model, seed)`` of a plan (default :data:`PLAN`), costliest first. Chapter 12."""
+    """The points ``(budget, d_model, seed)`` of a plan (default :data:`PLAN`), costliest first. Library: no chapter names it."""
     plan = PLAN if plan is None else plan
     points = [(c, d, s) for c, (widths, seeds) in plan.items() for d in widths for s in seeds]
     return sorted(points, key=lambda p: (-p[0], -p[1], p[2]))

@@ -14,7 +14,8 @@ states and the writes of one forward pass (`GPT.forward(idx, return_stream=True)
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from typing import NamedTuple
 
 import torch
@@ -23,7 +24,7 @@ from torch import Tensor, nn
 
 from transformer_lib._checks import require_instance, require_int, require_tensor
 
-__all__ = ["Stream", "through_block", "logit_lens", "input_gradient_norm", "residual_jacobian_norms",
+__all__ = ["Stream", "recording", "logit_lens", "input_gradient_norm", "residual_jacobian_norms",
            "block_gradient_norms"]
 
 
@@ -42,33 +43,29 @@ class Stream(NamedTuple):
 
     def unbatched(self) -> "Stream":
         """The same stream with the batch dimension of size 1 dropped: ``(1, n, d) -> (n, d)``.
-        Chapter 4."""
+        Chapter 4, through `GPT`."""
         return Stream([s[0] for s in self.states], [w[0] for w in self.writes])
 
 
-def through_block(block: nn.Module, x: Tensor, cache: dict | None = None,
-                  stream: Stream | None = None, positions: Tensor | None = None) -> Tensor:
-    """Run a ``TransformerBlock`` on ``x``: ``(b, n, d) -> (b, n, d)``.
-
-    With a ``stream``, append the state between the two sub-layers and the block's output to
-    ``stream.states`` and the two writes to ``stream.writes``. The state between the
-    sub-layers is read by a hook on the input of ``norm2`` (pre-norm) or of ``mlp``
-    (post-norm), where the block itself passes it on, so it is the block's own value in all
-    four variants (pre/post-norm, with or without residuals). ``cache`` and ``positions``
-    ``(b, n)`` go to the block's attention. Chapter 4.
+@contextmanager
+def recording(blocks: Iterable[nn.Module], stream: Stream) -> Iterator[None]:
+    """While the ``with`` block runs the ``blocks`` (``TransformerBlock``s), append to
+    ``stream`` each block's state between its two sub-layers and its output (``states``) and
+    its two writes (``writes``), all ``(b, n, d)``, read at the blocks' own hook points
+    ``hook_attn_out``, ``hook_resid_mid``, ``hook_mlp_out`` and ``hook_resid_post``; so they are
+    the block's own values in all four variants (pre/post-norm, with or without residuals).
+    Chapter 4, through `GPT`.
     """
-    if stream is None:
-        return block(x, cache=cache, positions=positions)
-    seen: list[Tensor] = []
-    site = block.norm2 if block.norm_first else block.mlp
-    handle = site.register_forward_pre_hook(lambda _module, args: seen.append(args[0]))
+    where = {"hook_attn_out": stream.writes, "hook_resid_mid": stream.states,
+             "hook_mlp_out": stream.writes, "hook_resid_post": stream.states}
+    handles = [getattr(block, name).register_forward_hook(
+        lambda _module, _args, out, to=to: to.append(out))
+        for block in blocks for name, to in where.items()]
     try:
-        out, writes = block(x, cache=cache, positions=positions, return_stream=True)
+        yield
     finally:
-        handle.remove()
-    stream.states.extend([seen[0], out])
-    stream.writes.extend(writes)
-    return out
+        for handle in handles:
+            handle.remove()
 
 
 def logit_lens(model: nn.Module, state: Tensor) -> Tensor:

@@ -152,7 +152,7 @@ class Tokenizer:
     def encode_iterable(self, texts: Iterable[str]) -> Iterator[int]:
         """Token ids of the concatenated ``texts`` (e.g. the lines of an open file), yielded as
         soon as they are certain: equal to ``encode("".join(texts))``, holding only the text
-        not yet encoded (about one pre-token). Chapter 11."""
+        not yet encoded (about one pre-token). Library: no chapter names it."""
         if isinstance(texts, (str, bytes)) or not isinstance(texts, Iterable):
             raise TypeError(f"texts: expected an iterable of strings (e.g. an open file), got {type(texts).__name__}")
         pending = ""
@@ -177,7 +177,7 @@ class Tokenizer:
     def from_files(cls, vocab_path: str | os.PathLike, merges_path: str | os.PathLike,
                    special_tokens: Sequence[str] | None = None) -> Tokenizer:
         """A tokenizer from GPT-2's files: ``vocab.json`` (token in byte stand-ins -> id) and
-        ``merges.txt`` (one merge ``a b`` per line, after a ``#version`` line). Chapter 11."""
+        ``merges.txt`` (one merge ``a b`` per line, after a ``#version`` line). Library: no chapter names it."""
         byte_of = {c: b for b, c in bytes_to_unicode().items()}
 
         def as_bytes(token: str, where: str) -> bytes:

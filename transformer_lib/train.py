@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from transformer_lib._checks import require_int, require_positive
+from transformer_lib.data import IGNORE_INDEX
 
 __all__ = ["cross_entropy_loss", "train", "evaluate_loss"]
 
@@ -29,7 +30,7 @@ def cross_entropy_loss(logits: Tensor, targets: Tensor) -> Tensor:
             f"targets: expected shape {tuple(logits.shape[:-1])} to match logits {tuple(logits.shape)}, "
             f"got {tuple(targets.shape)}"
         )
-    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=-100)
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1), ignore_index=IGNORE_INDEX)
 
 
 def _logits(output: Tensor | tuple | list) -> Tensor:
@@ -134,7 +135,7 @@ def evaluate_loss(
     for inputs, targets in stream:
         logits = _logits(model(inputs))
         if loss_fn is None:
-            count = float((targets != -100).sum())
+            count = float((targets != IGNORE_INDEX).sum())
             total += float(cross_entropy_loss(logits, targets)) * count
             weight += count
         else:

@@ -67,7 +67,7 @@ class VisionTransformer(nn.Module):
 
     def tokens(self, images: Tensor) -> Tensor:
         """``(b, C, H, W) -> (b, 1 + n_patches, d_model)``: [CLS] first, then the embedded
-        patches plus their row and column vectors. Chapter 10."""
+        patches plus their row and column vectors. Library: no chapter names it."""
         x = self.embed(patchify(images, self.patch))                     # (b, L, d)
         if self.positions:
             x = x + (self.row[:, None, :] + self.col[None, :, :]).flatten(0, 1)

@@ -37,7 +37,7 @@ _CYCLE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e3
 
 
 def book_rcparams() -> dict[str, Any]:
-    """The rcParams applied by :func:`use_book_style`, as a plain dict. Chapter 1."""
+    """The rcParams applied by :func:`use_book_style`, as a plain dict. Chapter 1, through `use_book_style`."""
     g = BOOK_GREY
     return {
         # transparent backgrounds: the page colour shows through
@@ -112,7 +112,7 @@ def _to_numpy(weights: Any, name: str = "weights") -> np.ndarray:
 
 def relative_luminance(rgb: Any) -> np.ndarray:
     """WCAG relative luminance of sRGB colours with channels in [0, 1] (an alpha channel is
-    ignored): ``(…, 3) -> (…)``. Chapter 1."""
+    ignored): ``(…, 3) -> (…)``. Library: no chapter names it."""
     c = np.asarray(rgb, dtype=float)[..., :3]
     c = np.where(c <= 0.04045, c / 12.92, ((c + 0.055) / 1.055) ** 2.4)
     return c @ np.array([0.2126, 0.7152, 0.0722])
@@ -122,7 +122,7 @@ def contrast_ratio(a: Any, b: Any) -> np.ndarray:
     """WCAG contrast ratio, from 1 to 21, of sRGB colours in [0, 1]: ``(…, 3), (…, 3) -> (…)``.
 
     3:1 is the level the book asks of its figures' ink on both the light and the dark page.
-    Chapter 1.
+    Library: no chapter names it.
     """
     la, lb = relative_luminance(a), relative_luminance(b)
     return (np.maximum(la, lb) + 0.05) / (np.minimum(la, lb) + 0.05)

@@ -31,13 +31,13 @@ _ASCII_PUNCTUATION = set("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 
 
 def is_cjk(char: str) -> bool:
-    """True for a CJK ideograph (the blocks BERT splits into single-character words). Chapter 11."""
+    """True for a CJK ideograph (the blocks BERT splits into single-character words). Chapter 11, through `WordPiece`."""
     return any(low <= ord(char) <= high for low, high in _CJK)
 
 
 def is_punctuation(char: str) -> bool:
     """True for BERT's punctuation: every ASCII symbol (``$``, ``+``, ``^`` too) and every
-    Unicode punctuation mark (categories P*). Chapter 11."""
+    Unicode punctuation mark (categories P*). Chapter 11, through `WordPiece`."""
     return char in _ASCII_PUNCTUATION or unicodedata.category(char).startswith("P")
 
 
@@ -175,7 +175,7 @@ class WordPiece:
         return [self.vocab["[CLS]"], *ids, self.vocab["[SEP]"]]
 
     def decode_tokens(self, ids: Sequence[int]) -> list[str]:
-        """Ids ``(n,)`` -> the tokens they stand for. Chapter 11."""
+        """Ids ``(n,)`` -> the tokens they stand for. Chapter 5."""
         bad = [i for i in ids if i not in self.tokens]
         if bad:
             raise ValueError(f"ids: expected ids of the vocabulary (size {self.vocab_size}), got {bad[:5]!r}")

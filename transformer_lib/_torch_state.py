@@ -1,0 +1,41 @@
+"""What torch is doing around a call, asked through two private torch functions.
+
+The attention layer takes torch's fused kernel only when nothing around it needs the explicit
+path: no ``TorchDispatchMode`` is active (``FlopCounterMode`` is one, and has no formula for the
+CPU fused kernel; `transformer_lib.memory` uses one) and no ``torch.func`` transform
+(``vmap``, ``jacrev``) is running (the fused kernel's backward has no batching rule). Torch
+exposes both facts only under private names, which may move in a later release; each
+function here then answers True ("something is active"), so the layer falls back to the
+explicit path, which is always correct.
+"""
+from __future__ import annotations
+
+try:
+    from torch.utils._python_dispatch import _get_current_dispatch_mode
+except ImportError:  # pragma: no cover - depends on the torch release
+    _get_current_dispatch_mode = None
+try:
+    from torch._C._functorch import maybe_current_level
+except ImportError:  # pragma: no cover - depends on the torch release
+    maybe_current_level = None
+
+
+def dispatch_mode_active() -> bool:
+    """True if a ``TorchDispatchMode`` is active, or if torch cannot say."""
+    if _get_current_dispatch_mode is None:
+        return True
+    try:
+        return _get_current_dispatch_mode() is not None
+    except Exception:  # noqa: BLE001 - a moved or changed private function: be safe
+        return True
+
+
+def transform_active() -> bool:
+    """True inside a ``torch.func`` transform (``vmap``, ``grad``, ``jacrev``), or if torch
+    cannot say."""
+    if maybe_current_level is None:
+        return True
+    try:
+        return maybe_current_level() is not None
+    except Exception:  # noqa: BLE001
+        return True
