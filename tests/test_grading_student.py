@@ -107,7 +107,8 @@ def test_stored_values_are_compared_with_the_judges_tolerance():
     assert differs(124439809, 124439808, 1e-6) is not None  # whole numbers exactly
     assert differs(124439808.0, 124439808, 0) is None
     assert differs(torch.zeros(2, 1), torch.zeros(2), 1e-6) == "the shape is (2, 1), not (2,)"
-    assert differs(torch.tensor([True]), torch.tensor([False]), 0).startswith("1 of 1 numbers differ")
+    assert differs(torch.tensor([True, True]), torch.tensor([True, False]), 0).startswith("1 of 2 numbers differ (at [(1,)])")
+    assert differs(124356864, 124439808, 0) == "yours is 124356864"
     assert differs(None, None, 0) is None and differs([768, 768], None, 0) == "yours is [768, 768]"
 
 
@@ -157,6 +158,7 @@ def test_a_chapter_s_check_cells_judge_by_the_stored_values(copy, tmp_path):
     assert [g for g, v in wrong.items() if not v.startswith("✓")] == ["check_param_count"], wrong
     assert "differs from the expected value" in wrong["check_param_count"]
     assert "124,439,808" not in wrong["check_param_count"] and "124439808" not in wrong["check_param_count"]
+    assert wrong["check_param_count"] in (REPO / "guides" / "students.md").read_text(encoding="utf-8")  # as quoted
 
 
 def test_check_works_in_the_copy_with_the_visible_checks_only(copy):

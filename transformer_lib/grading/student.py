@@ -46,6 +46,7 @@ COPIED = ("README.md", "intro.md", "bibliography.md", "references.bib", "_config
 SKIPPED = ("__pycache__", "*.pyc", ".ipynb_checkpoints", "vendor")  # _assets/vendor: `make install` fetches it
 REGISTER = ("\n\n# ==== judging: a student copy has no judges; the visible examples' expected values are stored in "
             "grading/released/ ====\nfrom ..student import register_stored  # noqa: E402\n\nregister_stored()\n")
+_REGISTERED: set[Path] = set()
 _STEPS = [m * 10.0 ** -k for k in range(12, 0, -1) for m in (1, 2, 5)]  # the shifts tried, smallest first
 
 
@@ -90,9 +91,13 @@ def differs(got: Any, ref: Any, tol: float) -> str | None:
         exact = tol == 0 or _integral(ref)
         bad = ~(np.isclose(g, r, rtol=0 if exact else tol, atol=0 if exact else tol, equal_nan=True))
         if bad.any():
+            whole = exact and np.all(np.isfinite(g)) and np.all(g == np.round(g))
+            yours = np.array2string(g.astype(np.int64), separator=", ", threshold=40, edgeitems=3) if whole else show(g)
+            if r.size == 1:
+                return f"yours is {yours}"
             where = [tuple(int(i) for i in ix) for ix in np.argwhere(bad)[:4]] if r.ndim else []
             return (f"{int(bad.sum())} of {r.size} numbers differ" + (f" (at {where}{' …' if bad.sum() > 4 else ''})"
-                                                                      if where else "") + f"; yours: {show(g)}")
+                                                                      if where else "") + f"; yours: {yours}")
         return None
     if isinstance(ref, bool):
         return None if type(got) in (bool, np.bool_) and bool(got) == bool(ref) else f"yours is {show_plain(got)}"
@@ -178,8 +183,9 @@ def _stored_ok(calls: list[dict]):  # noqa: ANN202
 def register_stored(folder: Path = RELEASED) -> None:
     """Register, for every check of the stored expected values, a judge that compares with them."""
     path = folder / EXPECTED
-    if not path.is_file():
+    if not path.is_file() or path in _REGISTERED:  # every chapter's module asks; the file is read once
         return
+    _REGISTERED.add(path)
     from .records import unpack
 
     with np.load(path, allow_pickle=False) as data:
@@ -257,6 +263,9 @@ def write_copy(dest: Path | str, repo: Path = REPO, jobs: int = 2, cell_timeout:
     empty); return the exercise notebooks written. Raises ReleaseError if a check fails on an
     instructor notebook, :class:`~transformer_lib.grading.notebook.MarkerError` if one is malformed."""
     dest, sources = Path(dest), sorted((repo / "exercises" / "source").glob("*.ipynb"))
+    if not sources:
+        raise ReleaseError(f"no instructor notebooks in {repo / 'exercises' / 'source'}: make the student copy from "
+                           "the course repository")
     if dest.exists() and any(dest.iterdir()):
         raise ReleaseError(f"{dest} is not empty: give a new folder for the student copy")
     released = {src.name: dumps(release(read(src))) for src in sources}  # refuses a malformed notebook first
