@@ -23,6 +23,8 @@ A grading run reads in one direction: prepare → run → judge → report.
 - ``check``     the pre-submit check: a student's notebook run as the grader will, visible checks only
 - ``bench``     times the grading of 20 submissions
 - ``gradescope``  writes a Gradescope autograder for one exercise notebook
+- ``student``   the student copy (``release --student DIR``): no instructor notebook, solution,
+  hidden test or judge; its visible checks judge against stored expected values
 
 Command line: ``python -m transformer_lib.grading release`` and
 ``python -m transformer_lib.grading grade SOURCE.ipynb SUBMISSIONS... --out DIR`` and
@@ -30,4 +32,5 @@ Command line: ``python -m transformer_lib.grading release`` and
 """
 
 __all__ = ["checks", "notebook", "prepare", "rules", "costs", "worker", "runner", "procs", "sandbox", "slots", "zygote", "forking",
-           "records", "judge", "grade", "report", "escaping", "classreport", "check", "bench", "gradescope"]
+           "records", "judge", "grade", "report", "escaping", "classreport", "check", "bench", "gradescope",
+           "student"]

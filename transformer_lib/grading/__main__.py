@@ -1,6 +1,7 @@
 """Command line: ``python -m transformer_lib.grading {release,grade,check,bench}``.
 
     release  [--source exercises/source] [--dest exercises] [--check]
+    release  --student DIR [--jobs 2]
     grade    SOURCE.ipynb SUBMISSION... --out DIR [--jobs N] [--cell-timeout S] [--timeout S] [--quiet]
              [--sandbox auto|bwrap|none] [--memory GB] [--seed SEED]
     check    STUDENT.ipynb [--source INSTRUCTOR.ipynb] [--cell-timeout S] [--timeout S]
@@ -18,6 +19,8 @@ from pathlib import Path
 def _release(args: argparse.Namespace) -> int:
     from .notebook import MarkerError, release_all
 
+    if args.student is not None:
+        return _student(args)
     try:
         changed = release_all(args.source, args.dest, check=args.check)
     except MarkerError as err:
@@ -29,6 +32,21 @@ def _release(args: argparse.Namespace) -> int:
         return 1 if changed else 0
     for path in changed:
         print(f"wrote {path}")
+    return 0
+
+
+def _student(args: argparse.Namespace) -> int:
+    from .notebook import MarkerError
+    from .student import ReleaseError, write_copy
+
+    try:
+        written = write_copy(args.student, jobs=args.jobs)
+    except (MarkerError, ReleaseError) as err:
+        print(f"release refused: {err}", file=sys.stderr)
+        return 2
+    print(f"wrote the student copy {args.student}: {len(written)} exercise notebooks, the chapters, the guides, the "
+          "library with the checks' kernel half and the visible examples' expected values; no instructor notebook, "
+          "solution, hidden test or judge")
     return 0
 
 
@@ -98,6 +116,9 @@ def parser() -> argparse.ArgumentParser:
     rel.add_argument("--source", type=Path, default=Path("exercises/source"))
     rel.add_argument("--dest", type=Path, default=Path("exercises"))
     rel.add_argument("--check", action="store_true", help="only report student notebooks that are out of date")
+    rel.add_argument("--student", type=Path, metavar="DIR",
+                     help="write a student copy of the course into DIR instead: no solution, hidden test or judge")
+    rel.add_argument("--jobs", type=int, default=2, help="with --student: instructor notebooks run in parallel")
     rel.set_defaults(run=_release)
     gr = sub.add_parser("grade", help="grade submissions against an instructor notebook")
     gr.add_argument("source", type=Path, help="the instructor notebook (exercises/source/NN_topic.ipynb)")

@@ -20,7 +20,7 @@ needs to know before handing in, judged by what happened in the fresh run:
 - a cell or the whole notebook over the time limit, the kernel dying.
 
 The grader also compares the outcomes with the instructor run's on its hidden inputs; that is
-not repeated here.
+not repeated here. A student copy (:mod:`~transformer_lib.grading.student`) judges by its stored values.
 """
 from __future__ import annotations
 
@@ -42,6 +42,7 @@ from .prepare import for_kernel, load_submission, restore_checks
 from .procs import kill_tagged
 from .rules import Refusal
 from .runner import RunResult, run_notebook
+from .student import RELEASED, in_copy
 
 __all__ = ["CheckOutcome", "PresubmitReport", "default_source", "prepare_visible", "presubmit", "format_report",
            "LIMITS"]
@@ -65,7 +66,8 @@ class CheckOutcome:
 
 @dataclass
 class PresubmitReport:
-    """What :func:`presubmit` found: one outcome per visible check, and the warnings."""
+    """What :func:`presubmit` found: one outcome per visible check, the warnings; ``stored``: judged by a
+    student copy's stored expected values."""
 
     path: Path
     checks: list[CheckOutcome] = field(default_factory=list)
@@ -73,6 +75,7 @@ class PresubmitReport:
     seconds: float = 0.0
     cell_timeout: float = 0.0
     timeout: float = 0.0
+    stored: bool = False
 
     @property
     def ok(self) -> bool:
@@ -80,14 +83,15 @@ class PresubmitReport:
 
 
 def default_source(path: Path) -> Path:
-    """The instructor notebook of a student notebook: ``exercises/source/<same name>`` of the course
-    the library belongs to, else ``source/<same name>`` next to the notebook."""
+    """The instructor notebook of a student notebook: ``exercises/source/<same name>`` of the course the
+    library belongs to, else (a student copy) the notebook as released, else ``source/<same name>``."""
     name = Path(path).name
-    for candidate in (REPO / "exercises" / "source" / name, Path(path).parent / "source" / name):
+    for candidate in (REPO / "exercises" / "source" / name, RELEASED / name, Path(path).parent / "source" / name):
         if candidate.is_file():
             return candidate
-    raise FileNotFoundError(f"no instructor notebook {name} in {REPO / 'exercises' / 'source'}: is the notebook "
-                            "named as the course named it (NN_topic.ipynb)? Or give it with --source")
+    kind, where = ("released", RELEASED) if in_copy() else ("instructor", REPO / "exercises" / "source")
+    raise FileNotFoundError(f"no {kind} notebook {name} in {where}: is the notebook named as the course named it "
+                            "(NN_topic.ipynb)? Or give it with --source")
 
 
 def _snippet(cell: dict) -> str:
@@ -220,7 +224,7 @@ def presubmit(path: Path | str, source: Path | str | None = None, cell_timeout: 
         run = run_notebook(nb, cell_timeout, timeout, token_prefix=prefix)
     finally:
         kill_tagged(prefix, prefix=True)
-    report = PresubmitReport(path, seconds=run.seconds, cell_timeout=cell_timeout, timeout=timeout)
+    report = PresubmitReport(path, seconds=run.seconds, cell_timeout=cell_timeout, timeout=timeout, stored=in_copy())
     events = {e["grade_id"]: e for e in run.cells if e["grade_id"]}
     stop = stop_reason(run, timeout)
     if run.dead_at is not None and not run.killed:  # name the cell as the saved notebook numbers it
@@ -273,7 +277,10 @@ def format_report(report: PresubmitReport) -> str:
     """The text the ``check`` command prints (lines of at most ``WIDTH`` characters, where words allow)."""
     lines = _wrap(f"Checking {report.path} as the grader will: in a fresh kernel, every cell once from top to "
                   f"bottom, at most {report.cell_timeout:g} s per cell and {report.timeout:g} s in all; visible "
-                  "checks only (the grader adds hidden tests).", "", "") + [""]
+                  "checks only (the grader adds hidden tests).", "", "")
+    lines += _wrap("This is a student copy: the visible checks are judged against the expected values of their "
+                   "examples, stored when it was made; the grader's judges, which also name the likely misconception, "
+                   "run when your notebook is graded.", "", "") * report.stored + [""]
     for c in report.checks:
         mark = "✓" if c.passed else "✗"
         pts = f"{c.points:g} point{'s' if c.points != 1 else ''}"

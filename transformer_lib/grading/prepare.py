@@ -164,6 +164,14 @@ def _fresh(cell: NotebookNode) -> NotebookNode:
 
 # ---------------------------------------------------------------- the checks' kernel half
 
+def kernel_half(text: str) -> str:
+    """A checks module's text above its judging line: the part a graded kernel executes (the cut
+    :func:`_grading_kernel_checks` makes, and what a student copy ships)."""
+    lines = text.splitlines()
+    cut = next((i for i, line in enumerate(lines) if line.startswith(JUDGING_LINE)), len(lines))
+    return "\n".join(lines[:cut]).rstrip() + "\n"
+
+
 def kernel_files(names: set[str] | None = None) -> tuple[str, ...]:
     """The checks' files in the order they import each other: the harness, each chapter's module
     (only those defining one of ``names``, if given and all are found), then the package."""
