@@ -1,5 +1,5 @@
 """Known-wrong solutions of Exercises 12 (format of ``wrong.py``): the solution bodies substituted
-(by grade_id, ``#k`` for the k-th region of a cell), the checks that must catch them (and only
+(by grade_id), the checks that must catch them (and only
 those), a phrase of the first message."""
 from __future__ import annotations
 
@@ -43,56 +43,56 @@ _SHIFTS = """
 
 WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
     "appendix_scaling": {
-        "plan: the visible answer hard-coded": ({"compute_optimal#2": """
+        "plan: the visible answer hard-coded": ({"compute_optimal": """
     return 9953.12691720852, 3349031.275357442, 2.0495848706020694
 """}, _PLAN, "a hidden test (other inputs) fails"),
-        "plan: D = C / (2N)": ({"compute_optimal#2": """
+        "plan: D = C / (2N)": ({"compute_optimal": """
     budgets, n_opt, loss_opt = fit_optima(sweep)
     a, k = power_fit(budgets, n_opt)
     s, k_loss = power_fit(budgets, loss_opt)
     n = k * budget**a
     return n, budget / (2 * n), k_loss * budget**s
 """}, _PLAN, "not 2"),
-        "plan: the parabola fitted in N, not log N": ({"compute_optimal#2": _OWN_PARABOLAS + """
+        "plan: the parabola fitted in N, not log N": ({"compute_optimal": _OWN_PARABOLAS + """
         a2, a1, a0 = np.polyfit(n, loss, 2)
         n_opt.append(-a1 / (2 * a2))
         loss_opt.append(a0 - a1 * a1 / (4 * a2))
 """ + _READ}, _PLAN, "in log N, not in N"),
-        "plan: the best point of each budget": ({"compute_optimal#2": _OWN_PARABOLAS + """
+        "plan: the best point of each budget": ({"compute_optimal": _OWN_PARABOLAS + """
         n_opt.append(n[np.argmin(loss)])
         loss_opt.append(loss.min())
 """ + _READ}, _PLAN, "not the best point"),
-        "plan: seed 0 only": ({"compute_optimal#2": _OWN_PARABOLAS + """
+        "plan: seed 0 only": ({"compute_optimal": _OWN_PARABOLAS + """
         first = sweep["seed"][here] == 0
         a2, a1, a0 = np.polyfit(np.log(n[first]), loss[first], 2)
 """ + _VERTEX + _READ}, _PLAN, "all seeds"),
-        "plan: the power law fitted in N against C": ({"compute_optimal#2": """
+        "plan: the power law fitted in N against C": ({"compute_optimal": """
     budgets, n_opt, loss_opt = fit_optima(sweep)
     n = np.polyval(np.polyfit(budgets, n_opt, 1), budget)
     s, k_loss = power_fit(budgets, loss_opt)
     return n, budget / (6 * n), k_loss * budget**s
 """}, _PLAN, "not in N_opt against C"),
-        "plan: log C regressed on log N": ({"compute_optimal#2": """
+        "plan: log C regressed on log N": ({"compute_optimal": """
     budgets, n_opt, loss_opt = fit_optima(sweep)
     slope, k = power_fit(n_opt, budgets)
     n = (budget / k) ** (1 / slope)
     s, k_loss = power_fit(budgets, loss_opt)
     return n, budget / (6 * n), k_loss * budget**s
 """}, _PLAN, "wrong way round"),
-        "plan: N and D swapped": ({"compute_optimal#2": """
+        "plan: N and D swapped": ({"compute_optimal": """
     budgets, n_opt, loss_opt = fit_optima(sweep)
     a, k = power_fit(budgets, n_opt)
     s, k_loss = power_fit(budgets, loss_opt)
     n = k * budget**a
     return budget / (6 * n), n, k_loss * budget**s
 """}, _PLAN, "swapped"),
-        "plan: the loss of the nearest budget": ({"compute_optimal#2": """
+        "plan: the loss of the nearest budget": ({"compute_optimal": """
     budgets, n_opt, loss_opt = fit_optima(sweep)
     a, k = power_fit(budgets, n_opt)
     n = k * budget**a
     return n, budget / (6 * n), loss_opt[np.argmin(np.abs(np.log(budgets / budget)))]
 """}, _PLAN, "the loss is not"),
-        "plan: the course library": ({"compute_optimal#2": """
+        "plan: the course library": ({"compute_optimal": """
     from transformer_lib.scaling import isoflop_optima, power_law
 
     budgets, n_opt, loss_opt = isoflop_optima(sweep)

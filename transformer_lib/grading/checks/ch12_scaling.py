@@ -185,6 +185,10 @@ def _wrong(misconception: str, got: Any = None) -> None:
     raise CheckFailed(misconception + shown)
 
 
+def _count(cases: list, what: str) -> str:
+    return f"{len(cases)} {what}{'s' if len(cases) > 1 else ''}"
+
+
 def _near(got: Any, ref: Any, rtol: float = 1e-6) -> bool:
     got, ref = np.asarray(got, float), np.asarray(ref, float)
     return got.shape == ref.shape and bool(np.all(np.abs(got - ref) <= rtol * np.abs(ref) + 1e-12))
@@ -229,8 +233,8 @@ def _plan(sweep: dict, c: float, how: str = "log") -> tuple[float, float, float]
 
 
 @judge("compute_optimal", compare=("result",), rtol=1e-6,
-       ok=lambda cases, outs: f"compute_optimal plans N, D and the loss at {len(cases)} budget(s) from the "
-                              "IsoFLOP parabolas in log N and power laws in C")
+       ok=lambda cases, outs: f"compute_optimal plans N, D = C/(6N) and the loss from the IsoFLOP parabolas in "
+                              f"log N and power laws in C, on {_count(cases, 'sweep')}")
 def _compute_optimal(case: dict, out: dict) -> None:
     sweep, c, what = case["sweep"], case["budget"], case["what"]
     n, d, loss = _numbers(out["result"], what, ("N", "D", "loss"))
@@ -274,7 +278,7 @@ def _compute_optimal(case: dict, out: dict) -> None:
 
 @judge("tokens_per_parameter", compare=("result",), rtol=1e-9,
        ok=lambda cases, outs: f"tokens_per_parameter gives the exponent 2b − 1 and the optimum at the second "
-                              f"budget for {len(cases)} data exponent(s)")
+                              f"budget, for {_count(cases, 'data exponent')}")
 def _tokens_per_parameter(case: dict, out: dict) -> None:
     b, c1, r1, c2, what = case["b"], case["c1"], case["r1"], case["c2"], case["what"]
     exponent, r2, n2, d2 = _numbers(out["result"], what, ("exponent", "r2", "N2", "D2"))
@@ -323,7 +327,7 @@ def _widths(value: Any, what: str) -> list[int]:
 
 @judge("lr_flaw",
        ok=lambda cases, outs: f"lr_flaw finds the widths one learning rate disadvantages and how far the optima "
-                              f"and the exponent move, for {len(cases)} flawed sweep(s)")
+                              f"and the exponent move, for {_count(cases, 'flawed sweep')}")
 def _lr_flaw(case: dict, out: dict) -> None:
     from transformer_lib.scaling import power_law
 
