@@ -38,7 +38,8 @@ def test_every_hidden_sweep_can_be_fitted(seed, monkeypatch):
     monkeypatch.setattr(ch12_scaling, "run_check", keep)
     checks.check_compute_optimal(None, hidden=1)
     checks.check_lr_flaw(None, hidden=1)
-    sweeps = [c["sweep"] for c in seen if "sweep" in c] + [s for c in seen if "good" in c for s in (c["good"], c["flawed"])]
+    sweeps = [c["sweep"] for c in seen if "sweep" in c]
+    sweeps += [s for c in seen if "good" in c for s in (c["good"], c["flawed"])]
     assert len(sweeps) == 3 + 2 * 2
     for sweep in sweeps:
         budgets, n_opt, _ = isoflop_optima(sweep)                # raises if a parabola has no minimum

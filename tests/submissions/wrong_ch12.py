@@ -6,6 +6,15 @@ from __future__ import annotations
 _PLAN = {"check_compute_optimal"}
 _RATIO = {"check_tokens_per_parameter"}
 _FLAW = {"check_lr_flaw"}
+_LIBRARY = "    from transformer_lib.scaling import "
+
+_RIGHT = """
+    budgets, n_opt, loss_opt = fit_optima(sweep)
+    a, k = power_fit(budgets, n_opt)
+    s, k_loss = power_fit(budgets, loss_opt)
+    n = k * budget**a
+    return n, budget / (6 * n), k_loss * budget**s
+"""  # 12.1 solved, for the variants below
 
 _OWN_PARABOLAS = """
     budgets = np.unique(sweep["budget"])
@@ -46,13 +55,7 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
         "plan: the visible answer hard-coded": ({"compute_optimal": """
     return 9953.12691720852, 3349031.275357442, 2.0495848706020694
 """}, _PLAN, "a hidden test (other inputs) fails"),
-        "plan: D = C / (2N)": ({"compute_optimal": """
-    budgets, n_opt, loss_opt = fit_optima(sweep)
-    a, k = power_fit(budgets, n_opt)
-    s, k_loss = power_fit(budgets, loss_opt)
-    n = k * budget**a
-    return n, budget / (2 * n), k_loss * budget**s
-"""}, _PLAN, "not 2"),
+        "plan: D = C / (2N)": ({"compute_optimal": _RIGHT.replace("(6 * n)", "(2 * n)")}, _PLAN, "not 2"),
         "plan: the parabola fitted in N, not log N": ({"compute_optimal": _OWN_PARABOLAS + """
         a2, a1, a0 = np.polyfit(n, loss, 2)
         n_opt.append(-a1 / (2 * a2))
@@ -79,28 +82,16 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
     s, k_loss = power_fit(budgets, loss_opt)
     return n, budget / (6 * n), k_loss * budget**s
 """}, _PLAN, "wrong way round"),
-        "plan: N and D swapped": ({"compute_optimal": """
-    budgets, n_opt, loss_opt = fit_optima(sweep)
-    a, k = power_fit(budgets, n_opt)
-    s, k_loss = power_fit(budgets, loss_opt)
-    n = k * budget**a
-    return budget / (6 * n), n, k_loss * budget**s
-"""}, _PLAN, "swapped"),
+        "plan: N and D swapped": ({"compute_optimal": _RIGHT.replace("n, budget / (6 * n)", "budget / (6 * n), n")},
+                                  _PLAN, "swapped"),
         "plan: the loss of the nearest budget": ({"compute_optimal": """
     budgets, n_opt, loss_opt = fit_optima(sweep)
     a, k = power_fit(budgets, n_opt)
     n = k * budget**a
     return n, budget / (6 * n), loss_opt[np.argmin(np.abs(np.log(budgets / budget)))]
 """}, _PLAN, "the loss is not"),
-        "plan: the course library": ({"compute_optimal": """
-    from transformer_lib.scaling import isoflop_optima, power_law
-
-    budgets, n_opt, loss_opt = isoflop_optima(sweep)
-    a, k = power_law(budgets, n_opt)
-    s, k_loss = power_law(budgets, loss_opt)
-    n = k * budget**a
-    return n, budget / (6 * n), k_loss * budget**s
-"""}, _PLAN, "the course library"),
+        "plan: the course library": ({"compute_optimal": _LIBRARY + "isoflop_optima, power_law\n" + _RIGHT.replace(
+            "fit_optima", "isoflop_optima").replace("power_fit", "power_law")}, _PLAN, "the course library"),
         "ratio: the appendix's 1 - 2a with b for a (exponents swapped)": ({"tokens_per_parameter": """
     exponent = 1 - 2 * b
     r2 = r1 * (c2 / c1) ** exponent
@@ -157,7 +148,8 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
     budgets, n_good, _ = fit_optima({k: v[kept] for k, v in good.items()})
 """) + _SHIFTS}, _FLAW, "a hidden test (other inputs) fails: the shifts are not right"),
         "lr flaw: the course library's fits": ({"lr_flaw": _MATCHED.replace(
-            "    budgets, n_good, _ = fit_optima(good)\n    _, n_flawed, _ = fit_optima(flawed)\n", """    from transformer_lib.scaling import isoflop_optima
+            "    budgets, n_good, _ = fit_optima(good)\n    _, n_flawed, _ = fit_optima(flawed)\n",
+            _LIBRARY + """isoflop_optima
 
     budgets, n_good, _ = isoflop_optima(good)
     _, n_flawed, _ = isoflop_optima(flawed)
