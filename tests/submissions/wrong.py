@@ -269,3 +269,5 @@ from submissions.wrong_ch10 import WRONG as _ch10  # noqa: E402
 WRONG.update(_ch10)
 from submissions.wrong_ch11 import WRONG as _ch11  # noqa: E402
 WRONG.update(_ch11)
+from submissions.wrong_ch12 import WRONG as _ch12  # noqa: E402
+WRONG.update(_ch12)

@@ -32,3 +32,4 @@ from .ch09_counting import *  # noqa: F403
 from .ch10_beyond_words import *  # noqa: F403
 from .ch10_efficient import *  # noqa: F403
 from .ch11_tokens import *  # noqa: F403
+from .ch12_scaling import *  # noqa: F403
