@@ -20,6 +20,21 @@ def test_the_checks_copy_of_the_sweep_is_the_committed_csv():
     assert np.allclose(ours["peak_lr"], [peak_lr(int(d)) for d in committed["d_model"]], rtol=1e-12)
 
 
+def test_the_exercise_notebook_s_tables_are_the_checks_tables():
+    """The setup cell holds the sweep as data (under grading only check cells load the checks)."""
+    import json
+
+    from repo_paths import REPO
+    nb = json.loads((REPO / "exercises" / "source" / "appendix_scaling.ipynb").read_text(encoding="utf-8"))
+    setup = next(c for c in nb["cells"] if c["metadata"].get("nbgrader", {}).get("grade_id") == "setup")
+    namespace: dict = {}
+    exec("".join(setup["source"]), namespace)
+    for mine, theirs in ((namespace["sweep"], checks.SCALING_SWEEP), (namespace["flawed"], checks.LR_FLAWED_SWEEP)):
+        assert mine.keys() == theirs.keys()
+        for key in theirs:
+            assert np.allclose(mine[key], theirs[key], rtol=1e-12, atol=0), key
+
+
 def test_the_flawed_sweep_handicaps_every_width_but_the_one_its_rate_suits():
     extra = checks.LR_FLAWED_SWEEP["val_loss"] - checks.SCALING_SWEEP["val_loss"]
     suited = checks.SCALING_SWEEP["d_model"] == 128

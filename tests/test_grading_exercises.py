@@ -81,6 +81,17 @@ def test_check_cells_state_their_points(stem):
 
 
 @pytest.mark.parametrize("stem", NAMES)
+def test_only_check_cells_use_the_checks(stem):
+    """Under grading and `check` only check cells load the checks (the import line is taken out of
+    every other cell), so a cell that reads data from them fails there: it holds its data itself."""
+    from transformer_lib.grading.notebook import IMPORT_CHECKS, is_check
+    for cell in _source(stem).cells:
+        if cell.cell_type == "code" and not is_check(cell):
+            rest = "\n".join(line for line in cell.source.splitlines() if line.strip() != IMPORT_CHECKS)
+            assert not re.search(r"\bchecks\b", rest), f"{grade_id(cell)}: {cell.source[:80]!r}"
+
+
+@pytest.mark.parametrize("stem", NAMES)
 def test_each_exercise_opens_with_a_box(stem):
     """A MyST admonition with the task, a difficulty and a time estimate under each exercise heading."""
     texts = [c.source for c in read(REPO / "exercises" / f"{stem}.ipynb").cells if c.cell_type == "markdown"]
