@@ -17,6 +17,7 @@ TERMS = [
     ("crossover", "chapters/09_parameter_and_flop_counting.html"),
     ("Longformer", "chapters/appendix_beyond_words.html"),
     ("WordPiece", "chapters/appendix_tokens.html"),
+    ("IsoFLOP", "chapters/appendix_scaling.html"),
 ]
 
 WAIT_FOR_RESULTS = """async () => {
