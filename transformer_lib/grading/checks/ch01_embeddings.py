@@ -137,7 +137,9 @@ def check_nw_vectors(fn: Callable, hidden: int = 0) -> None:
                       bandwidth=0.002 + 0.002 * float(torch.rand(1, generator=g)))]
     else:
         K = seeded(12, 6, 5) * torch.linspace(0.5, 2.0, 6, dtype=torch.float64)[:, None]  # keys of unequal norms
-        cases = [dict(Q=seeded(11, 4, 5), K=K, V=seeded(13, 6, 2), bandwidth=1.5)]
+        cases = [dict(Q=seeded(11, 4, 5), K=K, V=seeded(13, 6, 2), bandwidth=1.5),
+                 dict(Q=seeded(14, 50, 5), K=K, V=seeded(13, 6, 2), bandwidth=2.0),          # 50 queries: a loop shows
+                 dict(Q=seeded(15, 3, 5), K=K, V=seeded(13, 6, 2), bandwidth=0.003)]         # tiny h: exp underflows
     for case in cases:
         case["what"] = "nw_vectors(Q, K, V, bandwidth)"
     run_check("nw_vectors", fn, cases, _run_nw, hidden)
