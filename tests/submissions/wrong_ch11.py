@@ -21,6 +21,14 @@ _MERGE_WORDS = """
     return best, merged_words
 """
 
+_COUNTED = """
+    pairs = Counter()
+    for word, count in zip(words, counts):
+        for pair in zip(word, word[1:]):
+            pairs[pair] += count
+    best = max(pairs, key=lambda p: (pairs[p], p))
+"""
+
 _MERGED = """
     merged, i = [], 0
     while i < len(word):
@@ -79,25 +87,9 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
         merged_words.append(out)
     return best, merged_words
 """}, _MERGE, "merge the occurrences left to right"),
-        "merge step: a final unmerged symbol dropped": ({"merge_step": """
-    pairs = Counter()
-    for word, count in zip(words, counts):
-        for pair in zip(word, word[1:]):
-            pairs[pair] += count
-    best = max(pairs, key=lambda p: (pairs[p], p))
-    merged_words = []
-    for word in words:
-        out, i = [], 0
-        while i + 1 < len(word):
-            if (word[i], word[i + 1]) == best:
-                out.append(best[0] + best[1])
-                i += 2
-            else:
-                out.append(word[i])
-                i += 1
-        merged_words.append(out)
-    return best, merged_words
-"""}, _MERGE, "the last symbol of a word"),
+        "merge step: a final unmerged symbol dropped": ({"merge_step": _COUNTED + _MERGE_WORDS.replace(
+            "while i < len(word):\n            if i + 1 < len(word) and", "while i + 1 < len(word):\n            if")},
+            _MERGE, "the last symbol of a word"),
         "merge step: the words not merged": ({"merge_step": """
     pairs = Counter()
     for word, count in zip(words, counts):
