@@ -71,7 +71,8 @@ def check_embedding_lookup(fn: Callable, ids: torch.Tensor | None = None, W_E: t
             if largest:
                 ids.view(-1)[draw(g, 0, ids.numel() - 1)] = C - 1
             table = randn(g, C, d)
-            cases.append(dict(ids=ids, W_E=table if largest else table.float(), G=randn(g, *shape, d)))
+            cases.append(dict(ids=ids, W_E=table if largest else table.float(), G=randn(g, *shape, d),
+                              inputs="the largest id C − 1 among the ids" if largest else "a float32 table"))
     else:
         ids = torch.tensor([2, 0, 3, 2]) if ids is None else ids
         W_E = seeded(0, 5, 3).float() if W_E is None else W_E

@@ -30,6 +30,9 @@ def _lead(g: torch.Generator) -> tuple[int, ...]:
     return tuple(draw(g, 1, 3) for _ in range(draw(g, 0, 2)))
 
 
+_KINDS = {"gqa": "groups of query heads", "mqa": "one key/value head", "mha": "a key/value head per query head"}
+
+
 def _grouping(g: torch.Generator, kind: str) -> tuple[int, int]:
     """(h, n_kv) of a hidden case: groups of several heads, one key/value head, or one per head."""
     if kind == "mqa":
@@ -68,7 +71,7 @@ def check_split_qkv(fn: Callable, fused: torch.Tensor | None = None, n_heads: in
         for kind, d_k in (("gqa", draw(gen, 2, 5)), ("mqa", draw(gen, 1, 4)), ("mha", 1)):
             h, n_kv = _grouping(gen, kind)
             cases.append(dict(fused=randn(gen, *_lead(gen), draw(gen, 1, 7), (h + 2 * n_kv) * d_k),
-                              n_heads=h, n_kv_heads=n_kv))
+                              n_heads=h, n_kv_heads=n_kv, inputs=_KINDS[kind] + ", d_k = 1" * (d_k == 1)))
     else:
         width = (n_heads + 2 * n_kv_heads) * 3
         cases = [dict(fused=seeded(50, 2, 5, width) if fused is None else fused, n_heads=n_heads,
@@ -130,8 +133,8 @@ def check_gqa_attention(fn: Callable, hidden: int = 0) -> None:
     ``i // (h/g)``. Chapter 5."""
     if hidden:
         gen = hidden_generator("gqa_attention", hidden)
-        cases = [_gqa_case(gen, _lead(gen), draw(gen, 1, 7), *_grouping(gen, kind), draw(gen, 1, 4))
-                 for kind in ("gqa", "mqa", "mha")]
+        cases = [dict(_gqa_case(gen, _lead(gen), draw(gen, 1, 7), *_grouping(gen, kind), draw(gen, 1, 4)),
+                      inputs=_KINDS[kind]) for kind in ("gqa", "mqa", "mha")]
     else:
         cases = [_gqa_case(None, (), 5, 4, 2, 3, seed=52)]
     for case in cases:

@@ -61,7 +61,9 @@ def check_rope_permutation(fn: Callable, W: torch.Tensor | None = None, n_heads:
                   (draw(g, 2, 6), 1, _even(g, 6, 12)),                # one head
                   (None, draw(g, 2, 3), _even(g, 4, 6)),              # square: d = H·d_k
                   (draw(g, 2, 5), draw(g, 2, 5), 2)]                  # one pair per head: σ is the identity
-        cases = [dict(W=randn(g, H * dk if d is None else d, H * dk), n_heads=H) for d, H, dk in shapes]
+        kinds = ["several heads", "one head", "a square W", "d_k = 2, where σ is the identity"]
+        cases = [dict(W=randn(g, H * dk if d is None else d, H * dk), n_heads=H, inputs=kind)
+                 for (d, H, dk), kind in zip(shapes, kinds)]
     else:
         # d_k = 6, where σ ≠ σ⁻¹; and a square W, where rows and columns could be confused
         cases = [dict(W=seeded(63, 5, 12), n_heads=2), dict(W=seeded(64, 12, 12), n_heads=2)] if W is None else \
