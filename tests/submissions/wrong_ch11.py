@@ -90,6 +90,8 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
         "merge step: a final unmerged symbol dropped": ({"merge_step": _COUNTED + _MERGE_WORDS.replace(
             "while i < len(word):\n            if i + 1 < len(word) and", "while i + 1 < len(word):\n            if")},
             _MERGE, "the last symbol of a word"),
+        "merge step: the appendix's loop body, special tokens counted (the copy that passed before)": (
+            {"merge_step": _COUNTED + _MERGE_WORDS}, _MERGE, "a special symbol is never part of a merge"),
         "merge step: the words not merged": ({"merge_step": """
     pairs = Counter()
     for word, count in zip(words, counts):

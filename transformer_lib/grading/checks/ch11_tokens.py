@@ -31,7 +31,9 @@ _MERGE_EXAMPLES = [dict(words=[list("hug"), list("pug"), list("pun"), list("bun"
                    dict(words=[list("mn"), list("pq"), list("pq"), list("pq")], counts=[5, 1, 1, 1],
                         inputs="a frequent word against several rare ones"),
                    dict(words=[list("ck"), list("kc"), list("cd")], counts=[2, 2, 3],
-                        inputs="words whose pairs meet only when the words are joined")]
+                        inputs="words whose pairs meet only when the words are joined"),
+                   dict(words=[["<s>", "a", "b"], ["<s>", "a", "c", "</s>"], ["<s>", "a", "</s>"]],
+                        counts=[3, 3, 3], special=["<s>", "</s>"], inputs="special tokens")]
 
 
 def _merge_cases(g: Any) -> list[dict]:
@@ -47,25 +49,31 @@ def _merge_cases(g: Any) -> list[dict]:
     joined = dict(words=[list("ck"), list("kc"), list("cd")], counts=[2, 2, 3],     # "ck"+"kc" joined: (k, k)
                   inputs="words whose pairs meet only when the words are joined")
     rand = dict(words=[_word(g, "abcd", 1, 6) for _ in range(draw(g, 4, 8))], counts=[], inputs="random words")
+    marked = dict(words=[["<s>"] + _word(g, "xyz", 2, 4) + ["</s>"] for _ in range(draw(g, 3, 6))] + [list("xy")],
+                  counts=[], special=["<s>", "</s>"], inputs="special tokens")
+    marked["counts"] = [draw(g, 2, 5) for _ in marked["words"][:-1]] + [1]
     rand["counts"] = [draw(g, 1, 5) for _ in rand["words"]]
     if not any(len(w) > 1 for w in rand["words"]):
         rand["words"][0] = list("ab")
-    return [tie, runs, heavy, joined, rand]
+    return [tie, runs, heavy, joined, rand, marked]
 
 
 def check_merge_step(fn: Callable, words: list[list[str]] | None = None, counts: list[int] | None = None,
-                     hidden: int = 0) -> None:
-    """``fn(words, counts) -> (pair, merged_words)``: the most frequent adjacent pair within the
-    words (each word's pairs weighted by its count; ties: the greater pair), and the words with
-    every occurrence merged, left to right. Chapter 11."""
+                     special: list[str] | None = None, hidden: int = 0) -> None:
+    """``fn(words, counts, special) -> (pair, merged_words)``: the most frequent adjacent pair within
+    the words (each word's pairs weighted by its count; ties: the greater pair; a pair holding a
+    special symbol never counts), and the words with every occurrence merged, left to right.
+    Chapter 11."""
     if hidden:
         cases = _merge_cases(hidden_generator("merge_step", hidden))
     else:
-        cases = [dict(c) for c in _MERGE_EXAMPLES] if words is None else [dict(words=words, counts=counts)]
+        cases = [dict(c) for c in _MERGE_EXAMPLES] if words is None else \
+            [dict(words=words, counts=counts, special=list(special or []))]
     for case in cases:
-        case["what"] = "merge_step(words, counts)"
+        case["what"] = "merge_step(words, counts, special)"
+        case.setdefault("special", [])
     run_check("merge_step", fn, cases, lambda f, c: {"result": call(
-        f, [list(w) for w in c["words"]], list(c["counts"]))}, hidden)
+        f, [list(w) for w in c["words"]], list(c["counts"]), set(c["special"]))}, hidden)
 
 
 # ---------------------------------------------------------------- 11.2 the pair counts a merge changes
@@ -164,11 +172,13 @@ def _fail(misconception: str, expected: Any, got: Any) -> None:
     raise CheckFailed(f"{misconception}\n  expected: {expected!r}\n  got:      {got!r}")
 
 
-def _pairs(words: list[list[str]], counts: list[int]) -> Counter:
+def _pairs(words: list[list[str]], counts: list[int], special: list[str] = ()) -> Counter:
+    """The weighted counts of the adjacent pairs within the words, pairs holding a special symbol left out."""
     pairs: Counter = Counter()
     for word, count in zip(words, counts):
         for pair in zip(word, word[1:]):
-            pairs[pair] += count
+            if not set(pair) & set(special):
+                pairs[pair] += count
     return pairs
 
 
@@ -213,8 +223,9 @@ def _merge_ok(cases: list[dict], outs: list[dict]) -> str:
     """The ✓ line: what the cases that ran held (a tie, a run), nothing they did not."""
     facts = []
     for c in cases:
-        pairs = _pairs(c["words"], c["counts"])
+        pairs = _pairs(c["words"], c["counts"], c["special"])
         best, top = _best(pairs), max(pairs.values())
+        facts += ["special tokens left out of every pair"] * bool(c["special"])
         tied = sum(count == top for count in pairs.values())
         run = max(_longest_run(w, best[0]) for w in c["words"]) if best[0] == best[1] else 0
         facts += [f"a tie between {tied} pairs taken by the greater"] * (tied > 1) + \
@@ -225,7 +236,7 @@ def _merge_ok(cases: list[dict], outs: list[dict]) -> str:
 
 @judge("merge_step", compare=("result",), ok=_merge_ok)
 def _merge_step(case: dict, out: dict) -> None:
-    words, counts, what = case["words"], case["counts"], case["what"]
+    words, counts, special, what = case["words"], case["counts"], case["special"], case["what"]
     result = out["result"]
     if not (isinstance(result, list) and len(result) == 2):
         raise CheckFailed(f"{what} must return a pair (pair, merged_words), got {typename(result)}")
@@ -233,14 +244,16 @@ def _merge_step(case: dict, out: dict) -> None:
     if not (isinstance(got_pair, list) and len(got_pair) == 2 and all(isinstance(s, str) for s in got_pair)):
         raise CheckFailed(f"{what}: the pair must be a tuple of two symbols (strings), got {typename(got_pair)}")
     got_pair = tuple(got_pair)
-    pairs = _pairs(words, counts)
+    pairs = _pairs(words, counts, special)
     best = _best(pairs)
     if got_pair != best:
         joined = [s for w, c in zip(words, counts) for _ in range(c) for s in w]
-        hints = {"pairs are counted inside each word, never across two words: do not join the words":
-                 _best(_pairs([joined], [1])),
+        hints = {"a special symbol is never part of a merge: leave out every pair that holds one":
+                 _best(_pairs(words, counts)),
+                 "pairs are counted inside each word, never across two words: do not join the words":
+                 _best(_pairs([joined], [1], special)),
                  "each word's pairs count as many times as the word occurs: weight them by its count":
-                 _best(_pairs(words, [1] * len(words))),
+                 _best(_pairs(words, [1] * len(words), special)),
                  "among equally frequent pairs take the greater one (compare the pairs as tuples of strings)":
                  _best(pairs, greater=False)}
         for hint, variant in hints.items():
