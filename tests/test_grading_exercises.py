@@ -97,11 +97,15 @@ def test_wrong_submission_loses_exactly_its_points(stem, name):
     assert not any(printed.values()), f"{name}: the answers {printed} are printed back:\n{messages}"
 
 
-def test_hard_coded_answer_fails_the_visible_check():
-    """The visible check tries several d_k, as the exercise says, so a hard-coded answer fails it."""
-    edits, _, _ = WRONG["02_building_up_attention"]["score std hard-coded to the visible answer"]
-    visible = run_inprocess(as_handed_in(substitute(_source("02_building_up_attention"), edits)))
+def test_a_hard_coded_answer_fails_the_visible_check_and_a_table_of_visible_answers_the_hidden_ones():
+    """The visible check tries several d_k, as the exercise says, so one hard-coded answer fails it;
+    only the hidden tests can tell a table of the visible answers."""
+    stem = "02_building_up_attention"
+    edits, _, _ = WRONG[stem]["score std hard-coded to the answer for d_k = 256"]
+    visible = run_inprocess(as_handed_in(substitute(_source(stem), edits)))
     assert visible["check_score_std"].startswith("AssertionError: score_std(1) is not right")
+    edits, _, _ = WRONG[stem]["score std hard-coded to the visible answer"]
+    assert run_inprocess(as_handed_in(substitute(_source(stem), edits)))["check_score_std"] is None
 
 
 @pytest.mark.parametrize("stem", NAMES)

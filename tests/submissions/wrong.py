@@ -241,6 +241,9 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             return 1.0
             """}, {"check_variance_divided_by_dk"}, "d_k²"),
         "score std hard-coded to the visible answer": ({"variance_questions#0": """
+            return {1: 1.0, 64: 8.0}.get(d_k, 16.0)
+            """}, {"check_score_std"}, "a hidden test (other inputs) fails: score_std(#) is not right"),
+        "score std hard-coded to the answer for d_k = 256": ({"variance_questions#0": """
             return 16.0
             """}, {"check_score_std"}, "score_std(1) is not right"),
         "variance after dividing by d_k hard-coded to the answer for d_k = 256": ({"variance_questions#2": """
@@ -288,6 +291,7 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
 # check cannot); every other one must fail the visible check, the one a student runs.
 HIDDEN_ONLY: dict[str, str] = {
     "slopes: the visible answers looked up": "a table of the visible answers is right on every visible input",
+    "score std hard-coded to the visible answer": "a table of the visible answers is right on every visible input",
 }
 from submissions.wrong_ch03 import WRONG as _ch03; WRONG.update(_ch03)  # noqa: E402, E702
 
