@@ -73,7 +73,7 @@ def _printed_answers(message: str, answers: set[float]) -> list[float]:
     """The answers that a message prints back as its expected value."""
     shown = [float(n.replace(",", "")) for line in re.findall(r"expected[^:\n]*:(.*)", message)
              for n in re.findall(r"[-+]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?", line)]
-    return sorted({a for a in answers for n in shown if abs(n - a) <= 1e-3 * abs(a)})
+    return sorted({a for a in answers for n in shown if abs(n - a) <= max(1e-3 * abs(a), 5e-5)})  # shown to 4 decimals
 
 
 @pytest.mark.parametrize("stem,name", CASES, ids=[f"{s[:2]}-{n}" for s, n in CASES])
