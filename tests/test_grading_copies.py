@@ -3,7 +3,8 @@
 For every solution region of ``exercises/source/``, its code lines (blank lines, comments and lines
 under 20 characters left out; whitespace collapsed) are compared with the code lines of its
 chapter's cells: the test fails for a solution of which half or more of the lines appear in the
-chapter. It reads files only, so it costs well under a second.
+chapter. The exercises rewritten as transfers (``TRANSFERS``) may share no line at all with the
+chapter or with the library's source. It reads files only, so it costs well under a second.
 """
 from __future__ import annotations
 
@@ -64,6 +65,23 @@ def copied(stem: str) -> dict[str, list[str]]:
         if lines and 2 * len(hits) >= len(lines):
             found[name] = hits
     return found
+
+
+def library_lines() -> set[str]:
+    """The code lines of the course library's source, the checks' judges included (a student can read them)."""
+    return {line for path in (REPO / "transformer_lib").rglob("*.py") for line in code_lines(path.read_text())}
+
+
+# The exercises rewritten as transfers: not one of their solution lines appears in the chapter or the library.
+TRANSFERS = {"appendix_tokens": ["merge_step#0"]}
+
+
+@pytest.mark.parametrize("stem", sorted(TRANSFERS))
+def test_a_transfer_shares_no_line_with_its_chapter_or_the_library(stem):
+    found = solutions(read(REPO / "exercises" / "source" / f"{stem}.ipynb"))
+    seen = chapter_lines(stem) | library_lines()
+    for name in TRANSFERS[stem]:
+        assert found[name] and [line for line in found[name] if line in seen] == [], name
 
 
 @pytest.mark.parametrize("stem", [p.stem for p in SOURCES])

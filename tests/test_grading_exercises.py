@@ -2,16 +2,19 @@
 catch each known-wrong solution with exactly the checks meant to catch it (in-process, fast)."""
 from __future__ import annotations
 
+import functools
 import os
 import re
 
+import numpy as np
 import pytest
+import torch
 
 os.environ.setdefault("MPLBACKEND", "Agg")
 
 from repo_paths import REPO  # noqa: E402
-from submissions.helpers import as_handed_in, run_inprocess, substitute  # noqa: E402
-from submissions.wrong import WRONG  # noqa: E402
+from submissions.helpers import as_handed_in, records_of, run_inprocess, substitute  # noqa: E402
+from submissions.wrong import HIDDEN_ONLY, WRONG  # noqa: E402
 from transformer_lib.grading.notebook import check_cells, grade_id, read  # noqa: E402
 
 SOURCES = sorted((REPO / "exercises" / "source").glob("*.ipynb"))
@@ -49,6 +52,30 @@ def test_every_check_fails_on_the_student_version(stem):
 CASES = [(stem, name) for stem in WRONG for name in WRONG[stem]]
 
 
+def _numbers(value) -> list[float]:
+    """The numbers of a small answer (a number, or a few of them); none of a larger one."""
+    if isinstance(value, (list, tuple)) and len(value) <= 4:
+        return [x for v in value for x in _numbers(v)]
+    if isinstance(value, torch.Tensor) and value.numel() == 1 or isinstance(value, np.ndarray) and value.size == 1:
+        return [float(value.reshape(-1)[0])]
+    return [float(value)] if isinstance(value, int | float) and not isinstance(value, bool) else []
+
+
+@functools.cache
+def _answers(stem: str) -> dict[str, set[float]]:
+    """``{check: the numbers its visible calls returned}`` in the instructor's run: what the tasks ask for."""
+    return {gid: {x for call in calls for out in call.outs for v in out.values() for x in _numbers(v)
+                  if x not in (0, 1, -1)}
+            for gid, calls in records_of(as_handed_in(_source(stem))).items()}
+
+
+def _printed_answers(message: str, answers: set[float]) -> list[float]:
+    """The answers that a message prints back as its expected value."""
+    shown = [float(n.replace(",", "")) for line in re.findall(r"expected[^:\n]*:(.*)", message)
+             for n in re.findall(r"[-+]?\d[\d,]*(?:\.\d+)?(?:e[-+]?\d+)?", line)]
+    return sorted({a for a in answers for n in shown if abs(n - a) <= max(1e-3 * abs(a), 5e-5)})  # shown to 4 decimals
+
+
 @pytest.mark.parametrize("stem,name", CASES, ids=[f"{s[:2]}-{n}" for s, n in CASES])
 def test_wrong_submission_loses_exactly_its_points(stem, name):
     edits, caught_by, phrase = WRONG[stem][name]
@@ -62,13 +89,23 @@ def test_wrong_submission_loses_exactly_its_points(stem, name):
     messages = "\n".join(results[g] for g in sorted(caught_by))
     assert phrase in messages, f"{name}: no {phrase!r} in the messages:\n{messages}"
     assert all(e.startswith("AssertionError") for g, e in results.items() if e), messages
+    # The visible check, which runs first in its cell, fails: the student sees the mistake too.
+    hidden = sorted(g for g in caught_by if results[g].startswith("AssertionError: a hidden test"))
+    assert hidden == [] or name in HIDDEN_ONLY, f"{name}: only hidden tests catch it in {hidden}"
+    # No message prints back a value the task asks for (the instructor run's answers).
+    printed = {g: _printed_answers(results[g], _answers(stem).get(g, set())) for g in caught_by}
+    assert not any(printed.values()), f"{name}: the answers {printed} are printed back:\n{messages}"
 
 
-def test_hard_coded_answer_passes_the_visible_check_only():
-    """The visible check cannot tell a hard-coded answer; the hidden tests do."""
-    edits, _, _ = WRONG["02_building_up_attention"]["score std hard-coded to the visible answer"]
-    visible = run_inprocess(as_handed_in(substitute(_source("02_building_up_attention"), edits)))
-    assert visible["check_score_std"] is None
+def test_a_hard_coded_answer_fails_the_visible_check_and_a_table_of_visible_answers_the_hidden_ones():
+    """The visible check tries several d_k, as the exercise says, so one hard-coded answer fails it;
+    only the hidden tests can tell a table of the visible answers."""
+    stem = "02_building_up_attention"
+    edits, _, _ = WRONG[stem]["score std hard-coded to the answer for d_k = 256"]
+    visible = run_inprocess(as_handed_in(substitute(_source(stem), edits)))
+    assert visible["check_score_std"].startswith("AssertionError: score_std(1) is not right")
+    edits, _, _ = WRONG[stem]["score std hard-coded to the visible answer"]
+    assert run_inprocess(as_handed_in(substitute(_source(stem), edits)))["check_score_std"] is None
 
 
 @pytest.mark.parametrize("stem", NAMES)

@@ -161,6 +161,27 @@ def test_a_hidden_test_s_message_shows_neither_inputs_nor_values():
     assert _judging.render(message, hidden=False) == message
 
 
+def test_a_hidden_test_s_message_names_the_kind_of_input_and_never_sends_to_the_passing_cell():
+    raised = _judging.error_message({"error": "raised", "detail": "RuntimeError"}, "attention(Q, K, V)")
+    shown = _judging.render(raised, hidden=True, kind="batched, n ≠ m")
+    assert shown.startswith("a hidden test (other inputs: batched, n ≠ m) fails: your code raised RuntimeError")
+    assert "run the check cell" not in shown and "on such an input in your notebook" in shown
+    named = _judging.error_message({"error": "shape", "detail": "keepdim"}, "stable_softmax(x, dim)")
+    assert "the row sums need keepdim=True to broadcast" in named
+
+
+def test_a_shape_mistake_in_the_student_s_code_is_named_while_the_student_works():
+    from transformer_lib.grading import checks
+
+    def softmax(x, dim=-1):
+        e = (x - x.amax(dim, keepdim=True)).exp()
+        return e / e.sum(dim)   # the sums lose their dimension
+
+    with pytest.raises(AssertionError, match="keepdim=True to broadcast") as info:
+        checks.check_stable_softmax(softmax)
+    assert isinstance(info.value.__cause__, RuntimeError)   # torch's own error stays in the traceback
+
+
 # ------------------------------------------------------------------ checks
 
 def test_library_softmax_is_refused_however_it_is_reached_and_only_during_the_check():
@@ -182,8 +203,11 @@ def test_a_stub_gives_a_clear_message():
 
 def test_variance_answers_are_computed_not_typed():
     checks.check_score_range(lambda d: (-2 * math.sqrt(d), 2 * math.sqrt(d)), d_ks=[256, 3])
-    with pytest.raises(AssertionError, match=r"expected: \[-32.,  32.\]"):
-        checks.check_score_range(lambda d: (-16.0, 16.0))
+    with pytest.raises(AssertionError, match=r"score_range\(1\) is not right") as info:
+        checks.check_score_range(lambda d: (-16.0, 16.0))   # d_k = 256's answer, typed
+    with pytest.raises(AssertionError, match=r"±1 standard deviation") as one:
+        checks.check_score_range(lambda d: (-math.sqrt(d), math.sqrt(d)), d_ks=[256])
+    assert "expected" not in str(info.value) + str(one.value) and "32" not in str(one.value)  # the answer is not shown
 
 
 # ------------------------------------------------------------------ reports

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
+import linecache
 import os
 import tempfile
 import textwrap
@@ -52,9 +53,11 @@ def run_inprocess(nb) -> dict[str, str | None]:
         if cell.cell_type != "code" or "skip-execution" in cell.metadata.get("tags", []):
             continue
         error = None
+        name = f"<cell {i}>"   # its lines readable by linecache, as IPython makes a cell's
+        linecache.cache[name] = (len(cell.source), None, cell.source.splitlines(keepends=True), name)
         with contextlib.redirect_stdout(io.StringIO()):
             try:
-                exec(compile(cell.source, f"<cell {i}>", "exec"), namespace)
+                exec(compile(cell.source, name, "exec"), namespace)
             except Exception as err:  # noqa: BLE001 - any error fails the cell, as in a kernel
                 error = f"{type(err).__name__}: {err}"
         if is_check(cell):

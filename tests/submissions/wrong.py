@@ -2,6 +2,20 @@
 that must catch it (and only those), and a phrase the first failing message must contain."""
 from __future__ import annotations
 
+
+
+def _attention(scores: str = "Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])", result: str = "weights @ V, weights"
+               ) -> str:
+    """Exercise 2.3's attention with its scores or its result written another way."""
+    return f"""
+            scores = {scores}
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
+            weights = torch.softmax(scores, dim=-1)
+            return {result}
+            """
+
+
 WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
     "01_data_independent_weights": {
         "embedding via W_E @ one_hot, wrong orientation": ({"embed_via_one_hot": """
@@ -55,7 +69,7 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
                 rows.append(torch.softmax(-squared / (2 * bandwidth**2), dim=-1))
             weights = torch.stack(rows)
             return weights @ V, weights
-            """}, {"check_nw_vectors"}, "a hidden test (other inputs) fails: nw_vectors ran # torch operations"),
+            """}, {"check_nw_vectors"}, "torch operations for 50 queries"),
         "NW on vectors, kernel without the 2": ({"nw_vectors": """
             weights = torch.softmax((2 * Q @ K.T - (K * K).sum(dim=-1)) / bandwidth**2, dim=-1)
             return weights @ V, weights
@@ -78,7 +92,7 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
                                / bandwidth**2)
             weights = kernel / kernel.sum(dim=-1, keepdim=True)
             return weights @ V, weights
-            """}, {"check_nw_vectors"}, "a hidden test (other inputs) fails: weights contains"),
+            """}, {"check_nw_vectors"}, "weights contains"),
         "NW on vectors with torch.cdist": ({"nw_vectors": """
             weights = torch.softmax(-torch.cdist(Q, K) ** 2 / (2 * bandwidth**2), dim=-1)
             return weights @ V, weights
@@ -163,6 +177,10 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             exponentials = torch.exp(shifted)
             return exponentials / exponentials.sum(dim=0, keepdim=True)
             """}, {"check_stable_softmax"}, "wrong axis"),
+        "softmax whose row sums lose their dimension (no keepdim)": ({"stable_softmax": """
+            exponentials = torch.exp(x - x.amax(dim=dim, keepdim=True))
+            return exponentials / exponentials.sum(dim=dim)
+            """}, {"check_stable_softmax"}, "the row sums need keepdim=True to broadcast"),
         "naive softmax that overflows": ({"stable_softmax": """
             exponentials = torch.exp(x)
             return exponentials / exponentials.sum(dim=dim, keepdim=True)
@@ -223,8 +241,27 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             return 1.0
             """}, {"check_variance_divided_by_dk"}, "d_k²"),
         "score std hard-coded to the visible answer": ({"variance_questions#0": """
+            return {1: 1.0, 64: 8.0}.get(d_k, 16.0)
+            """}, {"check_score_std"}, "a hidden test (other inputs) fails: score_std(#) is not right"),
+        "score std hard-coded to the answer for d_k = 256": ({"variance_questions#0": """
             return 16.0
-            """}, {"check_score_std"}, "a hidden test (other inputs) fails: score_std(#)"),
+            """}, {"check_score_std"}, "score_std(1) is not right"),
+        "variance after dividing by d_k hard-coded to the answer for d_k = 256": ({"variance_questions#2": """
+            return 1 / 256
+            """}, {"check_variance_divided_by_dk"}, "variance_divided_by_dk(1) is not right"),
+        "attention with K.T (reverses every dimension of a batch)": ({"attention": _attention(
+            scores="Q @ K.T / math.sqrt(Q.shape[-1])")}, {"check_attention", "check_masked_attention"},
+            "transpose(-2, -1) swaps the last two"),
+        "attention scaled by the number of keys": ({"attention": _attention(
+            scores="Q @ K.transpose(-2, -1) / math.sqrt(K.shape[-2])")}, {"check_attention", "check_masked_attention"},
+            "A differs from softmax"),
+        "attention returning (A, Z)": ({"attention": _attention(result="weights, weights @ V")},
+                                       {"check_attention", "check_masked_attention"}, "A has the wrong shape"),
+        "attention ignoring the mask": ({"attention": """
+            scores = Q @ K.transpose(-2, -1) / math.sqrt(Q.shape[-1])
+            weights = torch.softmax(scores, dim=-1)
+            return weights @ V, weights
+            """}, {"check_masked_attention"}, "weights at masked positions must be exactly 0"),
         "permuted mask left unchanged": ({"permuted_mask": """
             return mask.clone()
             """}, {"check_permuted_mask"}, "that is the mask unchanged"),
@@ -247,8 +284,14 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
         "permuted mask rebuilt as a causal mask for the visible example": ({"permuted_mask": """
             n = len(perm)
             return (perm[None, :] <= perm[:, None]) & torch.ones(n, n, dtype=torch.bool)
-            """}, {"check_permuted_mask"}, "a hidden test (other inputs) fails"),
+            """}, {"check_permuted_mask"}, "attention with this mask on the reordered tokens"),
     },
+}
+# Known-wrong submissions that only the hidden tests can catch (each with the reason the visible
+# check cannot); every other one must fail the visible check, the one a student runs.
+HIDDEN_ONLY: dict[str, str] = {
+    "slopes: the visible answers looked up": "a table of the visible answers is right on every visible input",
+    "score std hard-coded to the visible answer": "a table of the visible answers is right on every visible input",
 }
 from submissions.wrong_ch03 import WRONG as _ch03; WRONG.update(_ch03)  # noqa: E402, E702
 

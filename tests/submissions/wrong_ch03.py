@@ -69,7 +69,7 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             """}, {"check_rms_norm"}, "differs"),
         "RMSNorm that ignores the eps it is given": ({"rms_norm": """
             return gamma * x / torch.sqrt((x * x).mean(dim=-1, keepdim=True) + 1e-6)
-            """}, {"check_rms_norm"}, "a hidden test (other inputs) fails: rms_norm differs"),
+            """}, {"check_rms_norm"}, "rms_norm differs"),
         "fold: γ scales the columns of W1": ({"fold_norm": """
             return W1 * gamma, beta @ W1 + b1
             """}, {"check_fold_norm"}, "γ scales the columns of W1 here"),
@@ -106,6 +106,6 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             _stack(b0="b_Vs[0] @ W_Vs[0]", b="(b_V_star + b_V) @ W_V"), {"check_collapse_stack"},
             "does not pass through W_Vl itself"),
         "collapse hard-coded to three layers": (_stack(end="3"), {"check_collapse_stack"},
-                                                "a hidden test (other inputs) fails"),
+                                                "W_V_star has the wrong shape"),
     },
 }

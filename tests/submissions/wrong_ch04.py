@@ -90,7 +90,7 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
                 if 2 * position + 1 != k:
                     x = x + block.mlp(block.norm2(x))
             return model.lm_head(model.norm_f(x))
-            """}, {"check_ablate_write"}, "a hidden test (other inputs) fails"),
+            """}, {"check_ablate_write"}, "that removes the whole block"),
         "orders with the later layers on the right": ({"expansion_orders": _ORDERS.format(
             step="orders[r - 1] @ J", result="torch.stack(orders)")}, {"check_expansion_orders"},
             "later layers stand on the left"),

@@ -42,7 +42,7 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             q, k, v = fused.split([n_heads * d_k, n_kv_heads * d_k, n_kv_heads * d_k], dim=-1)
             return (q.reshape(*lead, n_heads, n, d_k), k.reshape(*lead, n_kv_heads, n, d_k),
                     v.reshape(*lead, n_kv_heads, n, d_k))
-            """}, {"check_split_qkv"}, "without the transpose"),
+            """}, {"check_split_qkv"}, "reshaped straight to"),
         "split into (n, heads, d_k), the transpose forgotten": ({"split_qkv": """
             *lead, n, width = fused.shape
             d_k = width // (n_heads + 2 * n_kv_heads)
@@ -69,7 +69,7 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             d_k = width // (n_heads + 2 * n_kv_heads)
             every_head = fused.reshape(*lead, n, n_heads + 2 * n_kv_heads, d_k).transpose(-3, -2)
             return every_head[..., :4, :, :], every_head[..., 4:6, :, :], every_head[..., 6:, :, :]
-            """}, {"check_split_qkv"}, "a hidden test (other inputs) fails"),
+            """}, {"check_split_qkv"}, "q has the wrong shape"),
         "split with the course library's split_heads": ({"split_qkv": """
             from transformer_lib.multihead import split_heads as library_split
             d_k = fused.shape[-1] // (n_heads + 2 * n_kv_heads)
@@ -171,7 +171,7 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             """}, {"check_gqa_flops"}, "leaves out the output projection"),
         "GQA FLOPs hard-coded to the visible answer": ({"gqa_counts#0": """
             return 240_518_168_576
-            """}, {"check_gqa_flops"}, "a hidden test (other inputs) fails: gqa_flops(#, #, #, #)"),
+            """}, {"check_gqa_flops"}, "gqa_flops(100, 512, 8, 2): not right"),
         "GQA FLOPs measured by running a layer on the meta device": ({"gqa_counts#0": """
             from torch.utils.flop_counter import FlopCounterMode
             with torch.device("meta"), FlopCounterMode(display=False) as counter:
@@ -194,8 +194,7 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             """}, {"check_longest_context"}, "every layer keeps its own cache"),
         "longest context not rounded down": ({"gqa_counts#1": """
             return budget_bytes / (2 * n_layers * n_kv * (d // h) * bytes_per_number)
-            """}, {"check_longest_context"}, "a hidden test (other inputs) fails: longest_context(#, #, #, #, #, #) "
-                                             "must be a whole number"),
+            """}, {"check_longest_context"}, "must be a whole number"),
         "longest context rounded up": ({"gqa_counts#1": """
             per_token = 2 * n_layers * n_kv * (d // h) * bytes_per_number
             return -(-budget_bytes // per_token)

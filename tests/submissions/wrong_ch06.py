@@ -88,7 +88,7 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             base = (encode(q, m) * encode(k, n)).sum(-1)
             shifted = (encode(q, m + 1) * encode(k, n + 1)).sum(-1)
             return bool(torch.allclose(shifted, base, atol=1e-8))
-            """}, {"check_relative_test"}, "the rotation stops at position #"),
+            """}, {"check_relative_test"}, "the rotation stops at position 100"),
         "relative test: compares q and k at one position": ({"relative_test": """
             g = torch.Generator().manual_seed(0)
             q = torch.randn(6, d, generator=g, dtype=torch.float64)

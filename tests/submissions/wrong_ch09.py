@@ -132,14 +132,14 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             {"check_decode_batch"}, "2 bytes, not 4"),
         "decode: the cache without grouped-query attention": ({"decode_batch": _DECODE.format(
             cache="2 * 2 * L * n * d")}, {"check_decode_batch"},
-            "a hidden test (other inputs) fails: decode_batch(cfg, n, ratio): with grouped-query attention"),
+            "decode_batch(cfg, n, ratio): with grouped-query attention"),
         "decode: rounded down": ({"decode_batch": _DECODE.format(cache=_CACHE).replace(
             "-(-ratio * 2 * weights // gain)", "ratio * 2 * weights // gain")}, {"check_decode_batch"}, "round up"),
         "decode: a batch is always found": ({"decode_batch": _DECODE.format(cache=_CACHE).replace(
             "return None", "gain = 1")}, {"check_decode_batch"},
-            "a hidden test (other inputs) fails: decode_batch(cfg, n, ratio): no batch reaches"),
+            "decode_batch(cfg, n, ratio): no batch reaches"),
         "decode: the visible answer": ({"decode_batch": """
     return 8
-"""}, {"check_decode_batch"}, "a hidden test (other inputs) fails"),
+"""}, {"check_decode_batch"}, "decode_batch(cfg, n, ratio)"),
     },
 }

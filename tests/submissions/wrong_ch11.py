@@ -21,6 +21,14 @@ _MERGE_WORDS = """
     return best, merged_words
 """
 
+_COUNTED = """
+    pairs = Counter()
+    for word, count in zip(words, counts):
+        for pair in zip(word, word[1:]):
+            pairs[pair] += count
+    best = max(pairs, key=lambda p: (pairs[p], p))
+"""
+
 _MERGED = """
     merged, i = [], 0
     while i < len(word):
@@ -47,7 +55,7 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
         for pair in zip(word, word[1:]):
             pairs[pair] += count
     best = pairs.most_common(1)[0][0]
-""" + _MERGE_WORDS}, _MERGE, "a hidden test (other inputs) fails"),
+""" + _MERGE_WORDS}, _MERGE, "take the greater one"),
         "merge step: counts ignored": ({"merge_step": """
     pairs = Counter()
     for word in words:
@@ -78,7 +86,12 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
                 i -= 1
         merged_words.append(out)
     return best, merged_words
-"""}, _MERGE, "a hidden test (other inputs) fails: merge the occurrences left to right"),
+"""}, _MERGE, "merge the occurrences left to right"),
+        "merge step: a final unmerged symbol dropped": ({"merge_step": _COUNTED + _MERGE_WORDS.replace(
+            "while i < len(word):\n            if i + 1 < len(word) and", "while i + 1 < len(word):\n            if")},
+            _MERGE, "the last symbol of a word"),
+        "merge step: the appendix's loop body, special tokens counted (the copy that passed before)": (
+            {"merge_step": _COUNTED + _MERGE_WORDS}, _MERGE, "a special symbol is never part of a merge"),
         "merge step: the words not merged": ({"merge_step": """
     pairs = Counter()
     for word, count in zip(words, counts):
@@ -117,7 +130,7 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
     changes.subtract(Counter(zip(word, word[1:])))
     changes[pair] = -merged.count(pair[0] + pair[1])
     return dict(changes)
-"""}, _CHANGES, "a hidden test (other inputs) fails: the merged pair itself"),
+"""}, _CHANGES, "the merged pair itself"),
         "pair changes: the counts of the merged word, not the changes": ({"pair_changes": _MERGED + """
     return dict(Counter(zip(merged, merged[1:])))
 """}, _CHANGES, "the changes are not right"),
@@ -146,6 +159,6 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
                 continue
         pending = pending[cut:]
     return shown
-"""}, _STREAM, "a hidden test (other inputs) fails: after the last token"),
+"""}, _STREAM, "after the last token"),
     },
 }

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import linecache
 import os
+import re
 import sys
 import threading
 from typing import Any, Callable, Iterator
@@ -155,6 +156,31 @@ def _watch_calls(banned: tuple[str, ...], used: list[StudentError]) -> Iterator[
         sys.setprofile(previous)
 
 
+_BROADCAST = "must match the size of tensor"
+_MATMUL = ("cannot be multiplied", "size for first two dimensions of batch2", "size mismatch", "must be a matrix")
+
+
+def shape_mistake(err: BaseException) -> str | None:
+    """The common shape mistake behind ``err``, raised by the notebook's code, as a key of
+    :data:`~transformer_lib.grading._judging.SHAPE_HINTS` ("one_hot", "keepdim", "transpose", "matmul",
+    "broadcast"), read off torch's message and the notebook's line that raised; None if it is none."""
+    text = str(err) if isinstance(err, RuntimeError) else ""
+    if _BROADCAST not in text and not any(m in text for m in _MATMUL):
+        return None
+    line, tb = "", err.__traceback__
+    while tb is not None:
+        if notebook_code(tb.tb_frame.f_code.co_filename):
+            line = linecache.getline(tb.tb_frame.f_code.co_filename, tb.tb_lineno)
+        tb = tb.tb_next
+    if re.search(r"one_hot\((?![^)]*num_classes)", line):
+        return "one_hot"
+    if re.search(r"\.T\b", line):
+        return "transpose"
+    if _BROADCAST in text and re.search(r"\.(sum|max|amax|mean|logsumexp|norm)\((?![^)]*keepdim)", line):
+        return "keepdim"
+    return "broadcast" if _BROADCAST in text else "matmul"
+
+
 def ask_watch() -> StudentError | None:
     """What the kernel's watch noted so far (:mod:`~transformer_lib.grading._watch`), as the error
     to record, or None. The question is an attribute read that raises an audit event in C, so that
@@ -205,10 +231,14 @@ def call(fn: Any, *args: Any, banned: tuple[str, ...] = (), lookups: bool = Fals
     except StudentError as err:  # the result is an object of the notebook's (see capture)
         error = err
     except BaseException as err:  # noqa: B036 - SystemExit too: the check goes on to its record
+        mistake = shape_mistake(err) if not used else None
         if not recording() and isinstance(err, Exception) and not used:
-            raise
+            if mistake is None:
+                raise
+            raise StudentError("shape", mistake) from err   # judged in turn; the traceback stays its cause
         name = type(err).__name__
-        error = StudentError("raised", name if name in _BUILTIN_ERRORS else "")
+        error = StudentError("shape", mistake) if mistake else \
+            StudentError("raised", name if name in _BUILTIN_ERRORS else "")
     found = ask_watch()  # asked even if the call raised: what it noted belongs to this call
     if used or found is not None or error is not None:
         raise (used[0] if used else found if found is not None else error) from None

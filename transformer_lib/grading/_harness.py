@@ -247,14 +247,16 @@ def run_check(name: str, fn: Any, cases: list[dict], run: Callable[[Any, dict], 
     """Run ``run(fn, case)`` (the student's function on one case, returning what to judge) for every
     case; record the inputs and outcomes under grading, else judge them here. Either way the judge
     sees them as captured data (:func:`capture`), never the live objects."""
-    outs = []
+    outs, causes = [], []
     for case in cases:
+        causes.append(None)
         try:
             out = run(fn, case)
             if _PENDING:  # a check that calls nothing of the student's (the values are recorded) fails too
                 raise _PENDING[0]
         except StudentError as err:
             out = {"error": err.code, "detail": err.detail, "where": list(err.where)}
+            causes[-1] = err.__cause__  # the student's own error behind a named shape mistake
         outs.append({k: v if k in ("error", "detail", "where") else capture(v) for k, v in out.items()})
     cases = [_capture_case(c) for c in cases]
     if recording():
@@ -262,4 +264,4 @@ def run_check(name: str, fn: Any, cases: list[dict], run: Callable[[Any, dict], 
         return
     from ._judging import judge_here
 
-    print(f"✓ {judge_here(name, cases, outs, hidden)}")
+    print(f"✓ {judge_here(name, cases, outs, hidden, causes)}")

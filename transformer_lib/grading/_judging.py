@@ -27,6 +27,7 @@ __all__ = ["CheckFailed", "Judge", "JUDGES", "judge", "judge_here", "verdict", "
            "check_shape", "check_finite", "as_array", "pair", "truth", "number", "error_message"]
 
 _MAX_SHOWN = 400  # characters of an array shown in a message
+_SEE_TRACEBACK = "; run the check cell in your notebook to see the traceback"
 _NUMBER = re.compile(r"(?<![A-Za-z_])[-+−]?\d+(?:[.,]\d+)*(?:e[-+]?\d+)?")
 
 
@@ -74,10 +75,22 @@ _ERRORS = {
     "tampered": "{what}: the grader's watch noted code of this notebook doing what no exercise needs (replacing "
                 "torch's or Python's functions, reaching frames or the interpreter, files, threads); this check "
                 "and the ones after it score 0",
-    "raised": "your code raised {detail} while the check ran; run the check cell in your notebook to see "
-              "the traceback",
+    "raised": "your code raised {detail} while the check ran" + _SEE_TRACEBACK,
+    "shape": "your code raised {detail} while the check ran: {hint}",
 }
 _ERROR_HINTS = {"NameError": " (is every name the check uses defined? Run your solution cells first)"}
+# The shape mistakes the kernel names (``_calls.shape_mistake``): its key, and the message.
+SHAPE_HINTS = {
+    "one_hot": "a matrix product whose sizes do not fit; one_hot without num_classes makes as many columns as "
+               "the largest id + 1, not one per row of the table",
+    "keepdim": "two tensors do not broadcast; a reduction (sum, max, mean, amax) drops the dimension it "
+               "reduces, so the row sums need keepdim=True to broadcast against the rows",
+    "transpose": "a matrix product whose sizes do not fit; .T reverses every dimension of a batched tensor: "
+                 "transpose(-2, -1) swaps the last two",
+    "matmul": "a matrix product whose inner sizes do not fit: check which dimensions of each operand meet "
+              "(with batch dimensions in front, and n and m not the same)",
+    "broadcast": "two tensors do not broadcast: compare their shapes dimension by dimension, from the right",
+}
 
 
 def error_message(out: dict, what: str) -> str:
@@ -87,6 +100,8 @@ def error_message(out: dict, what: str) -> str:
     detail = re.sub(r"[^A-Za-z0-9_.]", "", detail)[:60]  # a name, never text the notebook chose
     if code == "raised":
         return _ERRORS["raised"].format(detail=detail or "an exception", what=what) + _ERROR_HINTS.get(detail, "")
+    if code == "shape":
+        return _ERRORS["shape"].format(detail="RuntimeError", hint=SHAPE_HINTS.get(detail, SHAPE_HINTS["broadcast"]))
     return _ERRORS.get(code, "{what} returned nothing the check could judge").format(what=what, detail=detail)
 
 
@@ -119,24 +134,33 @@ def verdict(name: str, case: dict, out: dict, reference: dict | None = None) -> 
                               "solution's on this test")
 
 
-def judge_here(name: str, cases: list[dict], outs: list[dict], hidden: int = 0) -> str:
-    """Judge a check call in the kernel (while a student works); the ``✓`` line to print."""
-    for case, out in zip(cases, outs):
+def judge_here(name: str, cases: list[dict], outs: list[dict], hidden: int = 0,
+               causes: list[BaseException | None] | None = None) -> str:
+    """Judge a check call in the kernel (while a student works); the ``✓`` line to print. A failure
+    shows the student's own error behind it (``causes``: a named shape mistake's) in its traceback."""
+    for i, (case, out) in enumerate(zip(cases, outs)):
         try:
             verdict(name, case, out)
         except CheckFailed as err:
-            raise CheckFailed(render(str(err), bool(hidden))) from None
+            cause = causes[i] if causes else None
+            raise CheckFailed(render(str(err), bool(hidden), case.get("inputs"))) from cause
     ok = JUDGES[name].ok
     return ok(cases, outs) if callable(ok) else ok
 
 
-def render(message: str, hidden: bool) -> str:
+def render(message: str, hidden: bool, kind: Any = None) -> str:
     """The message a student reads. For a hidden test only its first line, numbers masked, under
-    a heading that says so: neither the inputs nor the expected value nor the student's own value."""
+    a heading that names the kind of input (``kind``: the case's ``inputs``, written by the check,
+    such as "batched, n ≠ m") and says so: neither the inputs nor the expected value nor the
+    student's own value. It sends the student to try such an input, not to the visible check."""
     if not hidden:
         return message
     first = (message.strip().splitlines() or ["the result is wrong"])[0]
-    return f"a hidden test (other inputs) fails: {_NUMBER.sub('#', first)}"
+    first = _NUMBER.sub("#", first.replace(_SEE_TRACEBACK, ""))
+    if "your code raised" in first:
+        first += "; call your function on such an input in your notebook to see the traceback"
+    inputs = f"other inputs: {kind}" if isinstance(kind, str) and kind else "other inputs"
+    return f"a hidden test ({inputs}) fails: {first}"
 
 
 # ---------------------------------------------------------------- comparisons and messages

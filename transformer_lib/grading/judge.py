@@ -151,7 +151,7 @@ def judge_calls(got: Sequence[Call | None], expected: list[Call], compare: bool 
             try:
                 verdict(ref.check, case, out, ref_out if compare else None)
             except CheckFailed as err:
-                return render(str(err), bool(ref.hidden))
+                return render(str(err), bool(ref.hidden), case.get("inputs"))
     return None
 
 

@@ -71,7 +71,8 @@ def check_embedding_lookup(fn: Callable, ids: torch.Tensor | None = None, W_E: t
             if largest:
                 ids.view(-1)[draw(g, 0, ids.numel() - 1)] = C - 1
             table = randn(g, C, d)
-            cases.append(dict(ids=ids, W_E=table if largest else table.float(), G=randn(g, *shape, d)))
+            cases.append(dict(ids=ids, W_E=table if largest else table.float(), G=randn(g, *shape, d),
+                              inputs="the largest id C − 1 among the ids" if largest else "a float32 table"))
     else:
         ids = torch.tensor([2, 0, 3, 2]) if ids is None else ids
         W_E = seeded(0, 5, 3).float() if W_E is None else W_E
@@ -137,7 +138,9 @@ def check_nw_vectors(fn: Callable, hidden: int = 0) -> None:
                       bandwidth=0.002 + 0.002 * float(torch.rand(1, generator=g)))]
     else:
         K = seeded(12, 6, 5) * torch.linspace(0.5, 2.0, 6, dtype=torch.float64)[:, None]  # keys of unequal norms
-        cases = [dict(Q=seeded(11, 4, 5), K=K, V=seeded(13, 6, 2), bandwidth=1.5)]
+        cases = [dict(Q=seeded(11, 4, 5), K=K, V=seeded(13, 6, 2), bandwidth=1.5),
+                 dict(Q=seeded(14, 50, 5), K=K, V=seeded(13, 6, 2), bandwidth=2.0),          # 50 queries: a loop shows
+                 dict(Q=seeded(15, 3, 5), K=K, V=seeded(13, 6, 2), bandwidth=0.003)]         # tiny h: exp underflows
     for case in cases:
         case["what"] = "nw_vectors(Q, K, V, bandwidth)"
     run_check("nw_vectors", fn, cases, _run_nw, hidden)

@@ -70,10 +70,17 @@ def _run_attention(fn: Callable, case: dict) -> dict:
                            **kwargs)}
 
 
+def _inputs(q: torch.Tensor, k: torch.Tensor) -> str:
+    """The kind of a case's inputs, for the ✓ line and a hidden test's message: batched or not, n = m or not."""
+    kind = ["batched" if q.dim() > 2 else "no batch dimension", "n = m" if q.shape[-2] == k.shape[-2] else "n ≠ m"]
+    return ", ".join(kind + ["d_k = 1"] * (q.shape[-1] == 1))
+
+
 def _attention_case(g: torch.Generator, masked: bool) -> dict:
     lead = tuple(draw(g, 1, 3) for _ in range(draw(g, 0, 2)))
     n, m, d_k, d_v = draw(g, 1, 7), draw(g, 1, 8), draw(g, 1, 9), draw(g, 1, 6)
     case = dict(q=randn(g, *lead, n, d_k, scale=1.5), k=randn(g, *lead, m, d_k, scale=1.5), v=randn(g, *lead, m, d_v))
+    case["inputs"] = _inputs(case["q"], case["k"])
     if masked:
         mask = torch.rand(n, m, generator=g) > 0.5
         mask[torch.arange(n), torch.randint(0, m, (n,), generator=g)] = True  # every query sees some key
@@ -88,8 +95,9 @@ def check_attention(fn: Callable, q: torch.Tensor | None = None, k: torch.Tensor
         g = hidden_generator("attention", hidden)
         cases = [_attention_case(g, masked=False) for _ in range(3)]
     else:
-        cases = [dict(q=seeded(10, 4, 8, scale=1.5) if q is None else q, k=seeded(11, 4, 8, scale=1.5) if k is None
-                      else k, v=seeded(12, 4, 3) if v is None else v)]
+        cases = [dict(q=seeded(10, 2, 3, 8, scale=1.5) if q is None else q,     # batched, n ≠ m
+                      k=seeded(11, 2, 5, 8, scale=1.5) if k is None else k, v=seeded(12, 2, 5, 3) if v is None else v)]
+        cases[0]["inputs"] = _inputs(cases[0]["q"], cases[0]["k"])
     for case in cases:
         case["what"] = "attention(Q, K, V)"
     run_check("attention", fn, cases, _run_attention, hidden)
@@ -102,11 +110,12 @@ def check_masked_attention(fn: Callable, q: torch.Tensor | None = None, k: torch
         g = hidden_generator("masked_attention", hidden)
         cases = [_attention_case(g, masked=True) for _ in range(3)]
     else:
-        q = seeded(20, 5, 4, scale=1.5) if q is None else q
-        k = seeded(21, 5, 4, scale=1.5) if k is None else k
-        v = seeded(22, 5, 3) if v is None else v
-        mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril() if mask is None else mask
-        cases = [dict(q=q, k=k, v=v, mask=mask)]
+        q = seeded(20, 2, 4, 4, scale=1.5) if q is None else q
+        k = seeded(21, 2, 6, 4, scale=1.5) if k is None else k
+        v = seeded(22, 2, 6, 3) if v is None else v
+        n, m = q.shape[-2], k.shape[-2]   # causal with m − n cached keys before the queries
+        mask = torch.ones(n, m, dtype=torch.bool).tril(diagonal=m - n) if mask is None else mask
+        cases = [dict(q=q, k=k, v=v, mask=mask, inputs=_inputs(q, k))]
     for case in cases:
         case["what"] = "attention(Q, K, V, mask)"
     run_check("masked_attention", fn, cases, _run_attention, hidden)
@@ -118,22 +127,23 @@ def _check_numbers(name: str, fn: Callable, d_ks: list[int] | None, hidden: int)
     if hidden:
         g = hidden_generator(name, hidden)
         d_ks = [1, draw(g, 2, 63), draw(g, 64, 5000)]
-    cases = [dict(d_k=d, what=f"{name}({d})") for d in ([256] if d_ks is None else d_ks)]
+    cases = [dict(d_k=d, what=f"{name}({d})", **({"inputs": "d_k = 1"} if d == 1 else {}))
+             for d in ([1, 64, 256] if d_ks is None else d_ks)]
     run_check(name, fn, cases, lambda f, c: {"value": call(f, c["d_k"])}, hidden)
 
 
 def check_score_std(fn: Callable, d_ks: list[int] | None = None, hidden: int = 0) -> None:
-    """``fn(d_k)`` = standard deviation of the raw score qᵀk (16 for d_k = 256). Chapter 2."""
+    """``fn(d_k)`` = standard deviation of the raw score qᵀk, tried for several d_k. Chapter 2."""
     _check_numbers("score_std", fn, d_ks, hidden)
 
 
 def check_score_range(fn: Callable, d_ks: list[int] | None = None, hidden: int = 0) -> None:
-    """``fn(d_k)`` = ``(low, high)``, mean ± 2 standard deviations of qᵀk (±32 for d_k = 256). Chapter 2."""
+    """``fn(d_k)`` = ``(low, high)``, mean ± 2 standard deviations of qᵀk, tried for several d_k. Chapter 2."""
     _check_numbers("score_range", fn, d_ks, hidden)
 
 
 def check_variance_divided_by_dk(fn: Callable, d_ks: list[int] | None = None, hidden: int = 0) -> None:
-    """``fn(d_k)`` = Var(qᵀk / d_k) = 1/d_k (1/256 for d_k = 256). Chapter 2."""
+    """``fn(d_k)`` = Var(qᵀk / d_k), tried for several d_k. Chapter 2."""
     _check_numbers("variance_divided_by_dk", fn, d_ks, hidden)
 
 
@@ -144,7 +154,7 @@ import numpy as np  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 
 from .._harness import CheckFailed  # noqa: E402
-from .._judging import as_array, check_finite, check_shape, close, fail, judge, pair, truth  # noqa: E402
+from .._judging import as_array, check_finite, check_shape, close, fail, judge, pair, show, truth  # noqa: E402
 
 
 @judge("stable_softmax", compare=("out",), atol=1e-6, rtol=1e-5, bans=_SOFTMAXES,
@@ -172,13 +182,15 @@ def _stable_softmax(case: dict, out: dict) -> None:
 def _diagnose_weights(a: np.ndarray, mask, expected: np.ndarray, unmasked: np.ndarray,
                       variants: dict[str, np.ndarray], atol: float) -> None:
     """Raise with the misconception that explains a wrong A, if one does."""
-    if a.shape == expected.shape and close(a, np.swapaxes(expected, -1, -2), atol, atol) \
-            and not close(a, expected, atol, atol):
+    if close(a, np.swapaxes(expected, -1, -2), atol, atol) and not close(a, expected, atol, atol):
         fail("A looks transposed: A[i, j] is how much query i attends to key j, so compute "
              "softmax(Q Kᵀ/√d_k) with the softmax over the keys (dim=-1)", expected, a)
     check_shape(a, expected.shape, "A", "one row per query, one column per key: (…, n, m)")
     if mask is not None:
         allowed = mask.expand(expected.shape).numpy()
+        if close(a, unmasked, atol, atol) and not close(a, expected, atol, atol):
+            fail("the mask was not applied: weights at masked positions must be exactly 0 (set those scores to "
+                 "−inf before the softmax; True = may attend)", expected, a)
         if np.allclose(np.where(allowed, a, 0.0), np.where(allowed, unmasked, 0.0), atol=atol) \
                 and not close(a, expected, atol, atol):
             sums = a.sum(axis=-1)
@@ -226,12 +238,13 @@ def _attention(case: dict, out: dict) -> None:
 
 judge("attention", compare=("result",), atol=1e-6, rtol=1e-6, bans=_ATTENTIONS,
       ok=lambda cases, outs: "attention matches softmax(Q Kᵀ/√d_k) and torch's scaled_dot_product_attention for "
-                             + ", ".join(f"Q {tuple(c['q'].shape)}, K {tuple(c['k'].shape)}, V {tuple(c['v'].shape)}"
-                                         for c in cases) + " (atol 1e-6)")(_attention)
+                             + "; ".join(f"Q {tuple(c['q'].shape)}, K {tuple(c['k'].shape)}, V {tuple(c['v'].shape)} "
+                                         f"({c['inputs']})" for c in cases) + " (atol 1e-6)")(_attention)
 judge("masked_attention", compare=("result",), atol=1e-6, rtol=1e-6, bans=_ATTENTIONS,
       ok=lambda cases, outs: "masked attention: weights are 0 where the mask is False, rows sum to 1, output "
                              "matches torch for masks of shape "
-                             + ", ".join(str(tuple(c["mask"].shape)) for c in cases) + " (atol 1e-6)")(_attention)
+                             + "; ".join(f"{tuple(c['mask'].shape)} on Q {tuple(c['q'].shape)} ({c['inputs']})"
+                                         for c in cases) + " (atol 1e-6)")(_attention)
 
 
 # q, k with iid N(0, 1) entries: qᵀk sums d_k independent terms q_i k_i, each of variance 1.
@@ -245,11 +258,11 @@ def _numbers(reference: Callable, hints: dict[str, Callable]) -> Callable[[dict,
         got = as_array(out["value"], what)
         expected = np.asarray(reference(d), dtype=np.float64)
         check_shape(got, expected.shape, what)
-        if not close(got, expected, 1e-12, 1e-6):
-            for hint, variant in hints.items():
-                if close(got, np.asarray(variant(d), dtype=np.float64), 1e-12, 1e-6):
-                    fail(f"{what}: {hint}", expected, got)
-            fail(f"{what} is not right for q, k with independent N(0, 1) entries", expected, got)
+        if not close(got, expected, 1e-12, 1e-6):   # the value asked for is never shown
+            hint = next((f"{what}: {h}" for h, variant in hints.items()
+                         if close(got, np.asarray(variant(d), dtype=np.float64), 1e-12, 1e-6)),
+                        f"{what} is not right for q, k with independent N(0, 1) entries")
+            raise CheckFailed(f"{hint}\n  got: {show(got)}")
     return judge_number
 
 

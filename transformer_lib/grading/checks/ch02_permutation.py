@@ -29,7 +29,9 @@ def _mask_case(g: torch.Generator, n: int, kind: str) -> dict:
     else:  # any mask in which every query keeps a key
         mask = torch.rand(n, n, generator=g) > 0.5
         mask[torch.arange(n), torch.randint(0, n, (n,), generator=g)] = True
-    return dict(mask=mask, perm=torch.randperm(n, generator=g))
+    inputs = "one token" if n == 1 else {"causal": "a causal mask", "window": "a sliding-window mask"}.get(
+        kind, "a mask that is neither causal nor a window")
+    return dict(mask=mask, perm=torch.randperm(n, generator=g), inputs=inputs)
 
 
 def check_permuted_mask(fn: Callable, hidden: int = 0) -> None:
@@ -40,7 +42,11 @@ def check_permuted_mask(fn: Callable, hidden: int = 0) -> None:
         g = hidden_generator("permuted_mask", hidden)
         cases = [_mask_case(g, draw(g, 3, 9), kind) for kind in ("window", "random")] + [_mask_case(g, 1, "causal")]
     else:
-        cases = [dict(mask=torch.ones(5, 5, dtype=torch.bool).tril(), perm=torch.tensor([2, 0, 4, 1, 3]))]
+        rows, cols = torch.arange(6)[:, None], torch.arange(6)[None, :]
+        cases = [dict(mask=torch.ones(5, 5, dtype=torch.bool).tril(), perm=torch.tensor([2, 0, 4, 1, 3]),
+                      inputs="a causal mask"),
+                 dict(mask=(cols <= rows) & (cols > rows - 2), perm=torch.tensor([3, 5, 0, 4, 1, 2]),
+                      inputs="a sliding-window mask")]
     for case in cases:
         case["what"] = "permuted_mask(mask, perm)"
     run_check("permuted_mask", fn, cases, lambda f, c: {"mask": call(f, c["mask"].clone(), c["perm"].clone())},
@@ -78,7 +84,7 @@ def _equivariant_under(mask: torch.Tensor, moved: torch.Tensor, perm: torch.Tens
 
 @judge("permuted_mask", compare=("mask",),
        ok=lambda cases, outs: "permuted_mask: attention on the reordered tokens with the new mask gives the reordered "
-                              "outputs, for n in " + str([len(c["perm"]) for c in cases]))
+                              "outputs, for " + ", ".join(f"{c['inputs']} on {len(c['perm'])} tokens" for c in cases))
 def _permuted_mask(case: dict, out: dict) -> None:
     mask, perm = case["mask"], case["perm"]
     expected = _moved(mask, perm)
@@ -95,8 +101,8 @@ def _permuted_mask(case: dict, out: dict) -> None:
     variants = {
         "that is the mask unchanged: it is tied to positions, so reordering the tokens moves what each entry "
         "must allow": mask,
-        "that moves the mask the other way: the new token i is the old token perm[i], so entry (i, j) of the new "
-        "mask is entry (perm[i], perm[j]) of the old one": _moved(mask, inverse),
+        "that moves the mask the other way, by the inverse permutation: the new token i is the old token perm[i]; "
+        "ask which old query and which old key the new entry (i, j) stands for": _moved(mask, inverse),
         "only the rows moved: the keys are reordered too, so the columns move the same way":
             mask[perm],
         "only the columns moved: the queries are reordered too, so the rows move the same way":
@@ -107,5 +113,5 @@ def _permuted_mask(case: dict, out: dict) -> None:
     for hint, variant in variants.items():
         if torch.equal(got, variant):
             fail(hint, expected.int(), got.int())
-    fail("attention with this mask on the reordered tokens does not give the reordered outputs: entry (i, j) must "
-         "allow what entry (perm[i], perm[j]) allowed", expected.int(), got.int())
+    fail("attention with this mask on the reordered tokens does not give the reordered outputs: the new entry (i, j) "
+         "must allow what the old query and key it stands for allowed", expected.int(), got.int())

@@ -47,6 +47,8 @@ def check_rms_norm(fn: Callable, x: torch.Tensor | None = None, gamma: torch.Ten
             x[1, 2] = 3e-4 * seeded(32, 8)  # a token of tiny size: mean square ≈ ε / 10
         d = x.shape[-1]
         cases = [dict(x=x, gamma=1.0 + 0.5 * seeded(33, d) if gamma is None else gamma, eps=eps)]
+        if eps == 1e-6:   # and another ε, which the tiny token feels
+            cases.append(dict(cases[0], eps=1e-3))
     for case in cases:
         case["what"] = "rms_norm(x, gamma, eps)"
     run_check("rms_norm", fn, cases, lambda f, c: {"out": call(f, c["x"].clone(), c["gamma"].clone(), c["eps"],
@@ -122,7 +124,8 @@ def check_collapse_stack(fn: Callable, hidden: int = 0) -> None:
                  _stack_case(g, draw(g, 1, 5), [draw(g, 1, 5) for _ in range(2)])]  # one layer
     else:
         g = torch.Generator().manual_seed(60)
-        cases = [_stack_case(g, 5, [4, 4, 4, 4])]  # three square layers: a wrong order shows by name
+        cases = [_stack_case(g, 5, [4, 4, 4, 4]),   # three square layers: a wrong order shows by name
+                 _stack_case(g, 4, [3, 4, 2, 3, 2])]   # four layers of changing widths
     for case in cases:
         case["what"] = f"collapse_stack(As, W_Vs, b_Vs) for {len(case['As'])} layer(s)"
     run_check("collapse_stack", fn, cases, lambda f, c: {"result": call(

@@ -123,8 +123,9 @@ def check_ablate_write(fn: Callable, hidden: int = 0) -> None:
             cases.append(dict(seed=draw(g, 1, 2**20), n_layers=n_layers, k=2 * draw(g, 0, n_layers - 1) + kind,
                               idx=torch.randint(0, _VOCAB, (draw(g, 1, 3), draw(g, 1, _N_CTX)), generator=g)))
     else:
-        cases = [dict(seed=0, n_layers=3, k=2, idx=torch.randint(0, _VOCAB, (2, 6), generator=torch.Generator()
-                                                                  .manual_seed(7)))]
+        ids = torch.randint(0, _VOCAB, (2, 6), generator=torch.Generator().manual_seed(7))
+        cases = [dict(seed=0, n_layers=3, k=2, idx=ids),                   # an attention write
+                 dict(seed=1, n_layers=4, k=7, idx=ids[:1, :5])]           # the last block's MLP write
     for case in cases:
         case["what"] = f"ablate_write(model, idx, k={case['k']})"
     run_check("ablate_write", fn, cases, _run_ablate, hidden)

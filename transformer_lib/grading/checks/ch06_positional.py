@@ -61,9 +61,13 @@ def check_rope_permutation(fn: Callable, W: torch.Tensor | None = None, n_heads:
                   (draw(g, 2, 6), 1, _even(g, 6, 12)),                # one head
                   (None, draw(g, 2, 3), _even(g, 4, 6)),              # square: d = H·d_k
                   (draw(g, 2, 5), draw(g, 2, 5), 2)]                  # one pair per head: σ is the identity
-        cases = [dict(W=randn(g, H * dk if d is None else d, H * dk), n_heads=H) for d, H, dk in shapes]
+        kinds = ["several heads", "one head", "a square W", "d_k = 2, where σ is the identity"]
+        cases = [dict(W=randn(g, H * dk if d is None else d, H * dk), n_heads=H, inputs=kind)
+                 for (d, H, dk), kind in zip(shapes, kinds)]
     else:
-        cases = [dict(W=seeded(63, 5, 8) if W is None else W, n_heads=n_heads)]
+        # d_k = 6, where σ ≠ σ⁻¹; and a square W, where rows and columns could be confused
+        cases = [dict(W=seeded(63, 5, 12), n_heads=2), dict(W=seeded(64, 12, 12), n_heads=2)] if W is None else \
+            [dict(W=W, n_heads=n_heads)]
     for case in cases:
         case["what"] = "to_rotate_half(W, n_heads)"
     run_check("rope_permutation", fn, cases, lambda f, c: {"W": call(f, c["W"].clone(), c["n_heads"])}, hidden)
@@ -167,7 +171,10 @@ def check_relative_test(fn: Callable, d: int = 8, hidden: int = 0) -> None:
                               _encoding("sinusoidal added", d, base(), amp=draw(g, 5, 20) / 10)])
     else:
         theta = _theta(d, 10000.0)
-        cases = [_encoding("rope", d, theta), _encoding("sinusoidal added", d, theta, amp=1.0)]
+        cases = [_encoding("rope", d, theta), _encoding("sinusoidal added", d, theta, amp=1.0),
+                 _encoding("position²", d, theta, power=2.0, gamma=0.5),
+                 _encoding("capped", d, theta, cap=100),                   # relative below position 100 and above
+                 _encoding("kicked", d, theta, kick=(300, 0, 0.3))]       # RoPE but at one far position
     run_check("relative_test", fn, cases, _run_relative, hidden)
 
 

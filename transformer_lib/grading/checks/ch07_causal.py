@@ -140,7 +140,8 @@ def check_influence(fn: Callable, vocab: int = 13, n: int = 10, hidden: int = 0)
         cases.append(_toy("ahead", small, draw(g, 12, 20), seed(), (2, 2)))
         cases = [cases[i] for i in torch.randperm(len(cases), generator=g).tolist()]
     else:
-        cases = [_toy("causal", vocab, n, 100), _toy("no mask", vocab, n, 101, (_LONGEST, _LONGEST))]
+        cases = [_toy("causal", vocab, n, 100), _toy("no mask", vocab, n, 101, (_LONGEST, _LONGEST)),
+                 _toy("early pair", vocab, n, 102, extra=((0, 2, 6, 6),))]   # position 6 leaks into position 2
     run_check("influence", fn, cases, _run_influence, hidden)
 
 

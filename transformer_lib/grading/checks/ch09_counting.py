@@ -6,9 +6,10 @@ A configuration is a plain dict (see :data:`EXAMPLE_CONFIG`); a case carries its
 data. Above the judging line: what runs in the student's kernel (the configurations, visible and
 hidden, the calls of the student's functions, and a watch that notes, as data, the first tensor
 the student's function makes that is as large as a weight matrix: a model being built and
-measured). Below it: the judges and their references, which run in the grader: a model built
-from ``torch.nn`` layers on the meta device and counted, ``FlopCounterMode`` over a forward pass
-of the course's ``GPT`` built from the configuration, and two such counts for the crossover.
+measured). Below it: the judges and their references, which run in the grader: for 9.1 a model
+built from ``torch.nn`` layers on the meta device and counted; for 9.2 ``FlopCounterMode`` over a
+forward pass of the course's ``GPT`` built from the configuration; for 9.3 the weight matrices and
+the KV cache read off that meta-device model, from which the smallest batch is solved for.
 Chapter 9.
 """
 from __future__ import annotations
@@ -85,6 +86,10 @@ def _coin(g: torch.Generator) -> bool:
     return bool(draw(g, 0, 1))
 
 
+_SMALL_MOE = dict(EXAMPLE_CONFIG, vocab_size=1000, n_ctx=256, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2,
+                  d_ff=128, mlp="swiglu", norm="rmsnorm", bias=False, tied_embeddings=False, positional="rope")
+
+
 # ---------------------------------------------------------------- 9.1 the exact parameter count
 
 def check_param_count(fn: Callable, cfg: dict | None = None, hidden: int = 0) -> None:
@@ -104,15 +109,12 @@ def check_param_count(fn: Callable, cfg: dict | None = None, hidden: int = 0) ->
                            bias=_coin(g), tied=_coin(g), positional=("learned", "rope")[draw(g, 0, 1)],
                            gqa=_coin(g), **small)]
     else:
-        configs = [EXAMPLE_CONFIG if cfg is None else cfg]
+        configs = [EXAMPLE_CONFIG, _SMALL_MOE] if cfg is None else [cfg]   # GPT-2 small; SwiGLU, GQA, untied
     cases = [_case(c, "param_count(cfg)") for c in configs]
     run_check("param_count", fn, cases, _run, hidden)
 
 
 # ---------------------------------------------------------------- 9.2 FLOPs per token of a mixture of experts
-
-_SMALL_MOE = dict(EXAMPLE_CONFIG, vocab_size=1000, n_ctx=256, d_model=64, n_layers=2, n_heads=4, n_kv_heads=2,
-                  d_ff=128, mlp="swiglu", norm="rmsnorm", bias=False, tied_embeddings=False, positional="rope")
 _SIZES = dict(heads=(2, 6), d_head=(4, 16), layers=(1, 3), vocab=(50, 1500), n_ctx=(64, 128))
 
 
@@ -159,6 +161,9 @@ def check_decode_batch(fn: Callable, cfg: dict | None = None, n: int = 1024, rat
                  _case(llama, "decode_batch(cfg, n, ratio)", n=draw(g, 1, 64), ratio=1)]   # one sequence does
     else:
         cases = [_case(EXAMPLE_CONFIG if cfg is None else cfg, "decode_batch(cfg, n, ratio)", n=n, ratio=ratio)]
+        if cfg is None:   # grouped-query attention, where the cache decides; and a cache so long no batch reaches
+            cases += [_case(_SMALL_MOE, "decode_batch(cfg, n, ratio)", n=512, ratio=4),
+                      _case(_SMALL_MOE, "decode_batch(cfg, n, ratio)", n=4096, ratio=4)]
     run_check("decode_batch", fn, cases, lambda f, c: _run(f, c, c["n"], c["ratio"]), hidden)
 
 
@@ -244,7 +249,8 @@ def _answer(case: dict, out: dict, integer: bool) -> float:
 
 
 def _fail(message: str, expected: Any, got: Any) -> None:
-    raise CheckFailed(f"{message}\n  expected: {expected:,}\n  got:      {got:,}")
+    """Fail with ``got``; the number asked for, ``expected``, is never shown."""
+    raise CheckFailed(f"{message}\n  got: {got:,}")
 
 
 def _described(c: dict) -> str:
@@ -382,7 +388,7 @@ def _decode_batch(case: dict, out: dict) -> None:
               "b·FLOPs ≥ ratio·bytes (round up)")]
     found = [hint for value, hint in hints if got == value and value != expected]
     if found:   # an integer answer can fit more than one mistake: name each
-        raise CheckFailed(f"{what}: {'; or '.join(found)}\n  expected: {_plain(expected)}\n  got:      {_plain(got)}")
+        raise CheckFailed(f"{what}: {'; or '.join(found)}\n  got: {_plain(got)}")
     if expected is None:
         raise CheckFailed(f"{what}: no batch reaches {ratio} FLOPs per byte here: each sequence brings its own cache, "
                           f"so however large the batch the step does at most {flops / (2 * cache):.1f} FLOPs per byte "

@@ -24,38 +24,56 @@ def _word(g: Any, alphabet: str, low: int, high: int) -> list[str]:
 
 # ---------------------------------------------------------------- 11.1 one merge step
 
-_MERGE_EXAMPLE = dict(words=[list("hug"), list("pug"), list("pun"), list("bun"), list("hugs")],
-                      counts=[10, 5, 12, 4, 5])
+_MERGE_EXAMPLES = [dict(words=[list("hug"), list("pug"), list("pun"), list("bun"), list("hugs")],
+                        counts=[10, 5, 12, 4, 5], inputs="the example"),
+                   dict(words=[list("xyz"), list("zyx")], counts=[3, 3], inputs="a tie between pairs"),
+                   dict(words=[list("aaaaa"), list("ab")], counts=[1, 2], inputs="a run of one symbol"),
+                   dict(words=[list("mn"), list("pq"), list("pq"), list("pq")], counts=[5, 1, 1, 1],
+                        inputs="a frequent word against several rare ones"),
+                   dict(words=[list("ck"), list("kc"), list("cd")], counts=[2, 2, 3],
+                        inputs="words whose pairs meet only when the words are joined"),
+                   dict(words=[["<s>", "a", "b"], ["<s>", "a", "c", "</s>"], ["<s>", "a", "</s>"]],
+                        counts=[3, 3, 3], special=["<s>", "</s>"], inputs="special tokens")]
 
 
 def _merge_cases(g: Any) -> list[dict]:
     """A tie between two pairs; runs like "aaaa" (overlapping pairs); words whose pairs only
     cross when the words are joined; counts that turn the unweighted answer around."""
-    tie = dict(words=[list("xyz"), list("zyx")], counts=[draw(g, 2, 9)] * 2)        # (x,y),(y,z),(z,y),(y,x): 4-way tie
-    runs = dict(words=[["a"] * (2 * draw(g, 1, 3) + 1), list("ab"), list("ba")], counts=[draw(g, 1, 3), 1, 1])
-    heavy = dict(words=[list("mn"), list("pq"), list("pq"), list("pq"), list("nm")], counts=[draw(g, 4, 9), 1, 1, 1, 0])
+    tie = dict(words=[list("xyz"), list("zyx")], counts=[draw(g, 2, 9)] * 2,        # (x,y),(y,z),(z,y),(y,x): 4-way tie
+               inputs="a tie between pairs")
+    runs = dict(words=[["a"] * (2 * draw(g, 1, 3) + 1), list("ab"), list("ba")], counts=[draw(g, 1, 3), 1, 1],
+                inputs="a run of one symbol")
+    heavy = dict(words=[list("mn"), list("pq"), list("pq"), list("pq"), list("nm")], counts=[draw(g, 4, 9), 1, 1, 1, 0],
+                 inputs="a frequent word against several rare ones")
     heavy["counts"][4] = heavy["counts"][0] - 1              # (m, n) beats (p, q) only when weighted
-    joined = dict(words=[list("ck"), list("kc"), list("cd")], counts=[2, 2, 3])     # "ck"+"kc" joined: (k, k)
-    rand = dict(words=[_word(g, "abcd", 1, 6) for _ in range(draw(g, 4, 8))], counts=[])
+    joined = dict(words=[list("ck"), list("kc"), list("cd")], counts=[2, 2, 3],     # "ck"+"kc" joined: (k, k)
+                  inputs="words whose pairs meet only when the words are joined")
+    rand = dict(words=[_word(g, "abcd", 1, 6) for _ in range(draw(g, 4, 8))], counts=[], inputs="random words")
+    marked = dict(words=[["<s>"] + _word(g, "xyz", 2, 4) + ["</s>"] for _ in range(draw(g, 3, 6))] + [list("xy")],
+                  counts=[], special=["<s>", "</s>"], inputs="special tokens")
+    marked["counts"] = [draw(g, 2, 5) for _ in marked["words"][:-1]] + [1]
     rand["counts"] = [draw(g, 1, 5) for _ in rand["words"]]
     if not any(len(w) > 1 for w in rand["words"]):
         rand["words"][0] = list("ab")
-    return [tie, runs, heavy, joined, rand]
+    return [tie, runs, heavy, joined, rand, marked]
 
 
 def check_merge_step(fn: Callable, words: list[list[str]] | None = None, counts: list[int] | None = None,
-                     hidden: int = 0) -> None:
-    """``fn(words, counts) -> (pair, merged_words)``: the most frequent adjacent pair within the
-    words (each word's pairs weighted by its count; ties: the greater pair), and the words with
-    every occurrence merged, left to right. Chapter 11."""
+                     special: list[str] | None = None, hidden: int = 0) -> None:
+    """``fn(words, counts, special) -> (pair, merged_words)``: the most frequent adjacent pair within
+    the words (each word's pairs weighted by its count; ties: the greater pair; a pair holding a
+    special symbol never counts), and the words with every occurrence merged, left to right.
+    Chapter 11."""
     if hidden:
         cases = _merge_cases(hidden_generator("merge_step", hidden))
     else:
-        cases = [dict(_MERGE_EXAMPLE) if words is None else dict(words=words, counts=counts)]
+        cases = [dict(c) for c in _MERGE_EXAMPLES] if words is None else \
+            [dict(words=words, counts=counts, special=list(special or []))]
     for case in cases:
-        case["what"] = "merge_step(words, counts)"
+        case["what"] = "merge_step(words, counts, special)"
+        case.setdefault("special", [])
     run_check("merge_step", fn, cases, lambda f, c: {"result": call(
-        f, [list(w) for w in c["words"]], list(c["counts"]))}, hidden)
+        f, [list(w) for w in c["words"]], list(c["counts"]), set(c["special"]))}, hidden)
 
 
 # ---------------------------------------------------------------- 11.2 the pair counts a merge changes
@@ -84,13 +102,17 @@ def check_pair_changes(fn: Callable, word: list[str] | None = None, pair: tuple[
     count does not change may be left out. Chapter 11."""
     if hidden:
         g = hidden_generator("pair_changes", hidden)
-        cases = [dict(word=list("abababx"), pair=["b", "a"]),                        # a ba ba b x: side by side
-                 dict(word=["c"] + ["a"] * draw(g, 3, 7) + ["c"], pair=["a", "a"]),  # a run: overlapping pairs
-                 dict(word=list("xyxyxy")[:draw(g, 4, 6)], pair=["x", "y"]),         # occurrences side by side
-                 dict(word=_word(g, "pq", 1, 1) + _word(g, "rs", 2, 4), pair=["p", "q"]),   # the pair is absent
-                 dict(word=_word(g, "abc", 5, 12), pair=["ab"[draw(g, 0, 1)], "bc"[draw(g, 0, 1)]])]
+        cases = [dict(word=list("abababx"), pair=["b", "a"], inputs="occurrences side by side"),  # a ba ba b x
+                 dict(word=["c"] + ["a"] * draw(g, 3, 7) + ["c"], pair=["a", "a"], inputs="a run of one symbol"),
+                 dict(word=list("xyxyxy")[:draw(g, 4, 6)], pair=["x", "y"], inputs="occurrences side by side"),
+                 dict(word=_word(g, "pq", 1, 1) + _word(g, "rs", 2, 4), pair=["p", "q"], inputs="the pair is absent"),
+                 dict(word=_word(g, "abc", 5, 12), pair=["ab"[draw(g, 0, 1)], "bc"[draw(g, 0, 1)]],
+                      inputs="a random word")]
+    elif word is None:
+        cases = [dict(word=list("cabab"), pair=["a", "b"], inputs="occurrences side by side"),
+                 dict(word=list("caaaaac"), pair=["a", "a"], inputs="a run of one symbol")]
     else:
-        cases = [dict(word=list("cabab") if word is None else list(word), pair=["a", "b"] if pair is None else list(pair))]
+        cases = [dict(word=list(word), pair=["a", "b"] if pair is None else list(pair))]
     for case in cases:
         case["what"] = "pair_changes(word, pair)"
     run_check("pair_changes", fn, cases, lambda f, c: {"changes": call(
@@ -121,11 +143,18 @@ def check_stream_decode(fn: Callable, tokens: list[list[int]] | None = None, hid
         pool = ["a", " ", "é", "ß", "д", "€", "你", "好", "🙂", "👍", "\n", "z"]
         text = "".join(pool[draw(g, 0, len(pool) - 1)] for _ in range(draw(g, 12, 24)))
         data = text.encode("utf-8")
-        cases = [dict(tokens=_cut(data, g, 3)), dict(tokens=_cut(data, g, 5)),
-                 dict(tokens=_cut("€🙂".encode("utf-8")[:draw(g, 4, 6)], g, 2)),   # stops inside 🙂
-                 dict(tokens=[list(b) for b in (b"", "д".encode("utf-8")[:1], b"", "д".encode("utf-8")[1:])])]
+        cases = [dict(tokens=_cut(data, g, 3), inputs="tokens of up to three bytes"),
+                 dict(tokens=_cut(data, g, 5), inputs="tokens of up to five bytes"),
+                 dict(tokens=_cut("€🙂".encode("utf-8")[:draw(g, 4, 6)], g, 2),    # stops inside 🙂
+                      inputs="a stream cut inside a character"),
+                 dict(tokens=[list(b) for b in (b"", "д".encode("utf-8")[:1], b"", "д".encode("utf-8")[1:])],
+                      inputs="empty tokens")]
+    elif tokens is None:
+        cases = [dict(tokens=_STREAM_EXAMPLE, inputs="the example"),
+                 dict(tokens=[[104, 105, 32, 240], [159, 152]],             # "hi " and 3 of the 4 bytes of 😀
+                      inputs="a stream cut inside a character")]
     else:
-        cases = [dict(tokens=_STREAM_EXAMPLE if tokens is None else tokens)]
+        cases = [dict(tokens=tokens)]
     for case in cases:
         case["what"] = "stream_decode(tokens)"
     run_check("stream_decode", fn, cases, lambda f, c: {"texts": call(f, [list(t) for t in c["tokens"]])}, hidden)
@@ -143,11 +172,13 @@ def _fail(misconception: str, expected: Any, got: Any) -> None:
     raise CheckFailed(f"{misconception}\n  expected: {expected!r}\n  got:      {got!r}")
 
 
-def _pairs(words: list[list[str]], counts: list[int]) -> Counter:
+def _pairs(words: list[list[str]], counts: list[int], special: list[str] = ()) -> Counter:
+    """The weighted counts of the adjacent pairs within the words, pairs holding a special symbol left out."""
     pairs: Counter = Counter()
     for word, count in zip(words, counts):
         for pair in zip(word, word[1:]):
-            pairs[pair] += count
+            if not set(pair) & set(special):
+                pairs[pair] += count
     return pairs
 
 
@@ -180,11 +211,32 @@ def _symbols(value: Any, what: str) -> list[list[str]]:
     return value
 
 
-@judge("merge_step", compare=("result",),
-       ok=lambda cases, outs: f"merge_step picks the most frequent pair (ties: the greater pair) and merges it, "
-                              f"left to right, in {sum(len(c['words']) for c in cases)} words")
+def _longest_run(word: list[str], symbol: str) -> int:
+    longest = run = 0
+    for s in word:
+        run = run + 1 if s == symbol else 0
+        longest = max(longest, run)
+    return longest
+
+
+def _merge_ok(cases: list[dict], outs: list[dict]) -> str:
+    """The ✓ line: what the cases that ran held (a tie, a run), nothing they did not."""
+    facts = []
+    for c in cases:
+        pairs = _pairs(c["words"], c["counts"], c["special"])
+        best, top = _best(pairs), max(pairs.values())
+        facts += ["special tokens left out of every pair"] * bool(c["special"])
+        tied = sum(count == top for count in pairs.values())
+        run = max(_longest_run(w, best[0]) for w in c["words"]) if best[0] == best[1] else 0
+        facts += [f"a tie between {tied} pairs taken by the greater"] * (tied > 1) + \
+            [f"a run of {run} equal symbols merged from the left"] * (run >= 3)
+    return (f"merge_step picks the most frequent pair and merges it, left to right, in "
+            f"{sum(len(c['words']) for c in cases)} words" + "".join(f"; {f}" for f in dict.fromkeys(facts)))
+
+
+@judge("merge_step", compare=("result",), ok=_merge_ok)
 def _merge_step(case: dict, out: dict) -> None:
-    words, counts, what = case["words"], case["counts"], case["what"]
+    words, counts, special, what = case["words"], case["counts"], case["special"], case["what"]
     result = out["result"]
     if not (isinstance(result, list) and len(result) == 2):
         raise CheckFailed(f"{what} must return a pair (pair, merged_words), got {typename(result)}")
@@ -192,14 +244,16 @@ def _merge_step(case: dict, out: dict) -> None:
     if not (isinstance(got_pair, list) and len(got_pair) == 2 and all(isinstance(s, str) for s in got_pair)):
         raise CheckFailed(f"{what}: the pair must be a tuple of two symbols (strings), got {typename(got_pair)}")
     got_pair = tuple(got_pair)
-    pairs = _pairs(words, counts)
+    pairs = _pairs(words, counts, special)
     best = _best(pairs)
     if got_pair != best:
         joined = [s for w, c in zip(words, counts) for _ in range(c) for s in w]
-        hints = {"pairs are counted inside each word, never across two words: do not join the words":
-                 _best(_pairs([joined], [1])),
+        hints = {"a special symbol is never part of a merge: leave out every pair that holds one":
+                 _best(_pairs(words, counts)),
+                 "pairs are counted inside each word, never across two words: do not join the words":
+                 _best(_pairs([joined], [1], special)),
                  "each word's pairs count as many times as the word occurs: weight them by its count":
-                 _best(_pairs(words, [1] * len(words))),
+                 _best(_pairs(words, [1] * len(words), special)),
                  "among equally frequent pairs take the greater one (compare the pairs as tuples of strings)":
                  _best(pairs, greater=False)}
         for hint, variant in hints.items():
@@ -211,6 +265,9 @@ def _merge_step(case: dict, out: dict) -> None:
     if got_words != expected:
         if got_words == [_merge(w, best, backwards=True) for w in words]:
             _fail("merge the occurrences left to right: in a run like a a a the first two merge", expected, got_words)
+        if got_words == [m[:-1] if m[-1:] == w[-1:] else m for w, m in zip(words, expected)]:
+            _fail("the last symbol of a word is dropped when it is not part of a merge: keep every symbol",
+                  expected, got_words)
         if got_words == [list(w) for w in words]:
             _fail("the words are returned unmerged: replace every occurrence of the pair by one symbol",
                   expected, got_words)
@@ -253,9 +310,22 @@ def _each_alone(word: list[str], pair: tuple[str, str]) -> list[list]:
     return _rows(delta)
 
 
-@judge("pair_changes", compare=("changes",),
-       ok=lambda cases, outs: f"pair_changes gives the change of every pair count for {len(cases)} merges, "
-                              "side-by-side occurrences and runs included")
+def _pair_ok(cases: list[dict], outs: list[dict]) -> str:
+    """The ✓ line: occurrences side by side and runs are claimed only where a case held them."""
+    facts = []
+    for c in cases:
+        pair, merged = tuple(c["pair"]), _merge(c["word"], tuple(c["pair"]))
+        joined = pair[0] + pair[1]
+        if pair[0] == pair[1] and _longest_run(c["word"], pair[0]) >= 3:
+            facts.append(f"a run of {_longest_run(c['word'], pair[0])} equal symbols")
+        elif any(x == y == joined for x, y in zip(merged, merged[1:])):
+            facts.append("occurrences side by side")
+    n = len(cases)
+    return (f"pair_changes gives the change of every pair count for {n} word{'s' * (n != 1)}"
+            + "".join(f"; {f}" for f in dict.fromkeys(facts)))
+
+
+@judge("pair_changes", compare=("changes",), ok=_pair_ok)
 def _pair_changes(case: dict, out: dict) -> None:
     word, pair, what = case["word"], tuple(case["pair"]), case["what"]
     got = out["changes"]
@@ -283,9 +353,21 @@ def _decoded(tokens: list[list[int]], errors: str = "replace", final: bool = Tru
     return [decoder.decode(bytes(t), final=final and i == len(tokens) - 1) for i, t in enumerate(tokens)]
 
 
-@judge("stream_decode", compare=("texts",),
-       ok=lambda cases, outs: f"stream_decode shows each character once its last byte is in, for "
-                              f"{sum(len(c['tokens']) for c in cases)} tokens, and U+FFFD for an unfinished end")
+def _stream_ok(cases: list[dict], outs: list[dict]) -> str:
+    """The ✓ line: cut characters and an unfinished end are claimed only where a case held them."""
+    cut = unfinished = 0
+    for c in cases:
+        decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        for t in c["tokens"]:
+            decoder.decode(bytes(t))
+            cut += bool(decoder.getstate()[0])
+        unfinished += bool(decoder.getstate()[0])
+    return (f"stream_decode shows each character once its last byte is in, for {sum(len(c['tokens']) for c in cases)}"
+            f" tokens, {cut - unfinished} of which end inside a character"
+            + ("; U+FFFD for an unfinished end" if unfinished else ""))
+
+
+@judge("stream_decode", compare=("texts",), ok=_stream_ok)
 def _stream_decode(case: dict, out: dict) -> None:
     tokens, what = case["tokens"], case["what"]
     got = out["texts"]
