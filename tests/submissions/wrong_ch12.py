@@ -54,7 +54,7 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
     "appendix_scaling": {
         "plan: the visible answer hard-coded": ({"compute_optimal": """
     return 9953.12691720852, 3349031.275357442, 2.0495848706020694
-"""}, _PLAN, "a hidden test (other inputs) fails"),
+"""}, _PLAN, "N is not the compute-optimal size"),
         "plan: D = C / (2N)": ({"compute_optimal": _RIGHT.replace("(6 * n)", "(2 * n)")}, _PLAN, "not 2"),
         "plan: the parabola fitted in N, not log N": ({"compute_optimal": _OWN_PARABOLAS + """
         a2, a1, a0 = np.polyfit(n, loss, 2)
@@ -122,7 +122,7 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
 """}, _RATIO, "the exponent is not right"),
         "ratio: the visible answer hard-coded": ({"tokens_per_parameter": """
     return -0.46, 2.4045288692348263, 2022252508447.3167, 4862564537444.117
-"""}, _RATIO, "a hidden test (other inputs) fails"),
+"""}, _RATIO, "the exponent is not right"),
         "lr flaw: rows compared by position": ({"lr_flaw": """
     gaps = {}
     for d, bad, ok in zip(flawed["d_model"], flawed["val_loss"], good["val_loss"]):
@@ -130,7 +130,7 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
     widths = sorted(d for d, gap in gaps.items() if np.mean(gap) > margin)
     budgets, n_good, _ = fit_optima(good)
     _, n_flawed, _ = fit_optima(flawed)
-""" + _SHIFTS}, _FLAW, "a hidden test (other inputs) fails: the rows were compared by position"),
+""" + _SHIFTS}, _FLAW, "the rows were compared by position"),
         "lr flaw: the margin ignored": ({"lr_flaw": _MATCHED.replace("> margin", "> 0") + _SHIFTS}, _FLAW,
                                         "by more than the margin"),
         "lr flaw: the widths the rate suits": ({"lr_flaw": _MATCHED.replace("> margin", "<= margin") + _SHIFTS},
@@ -146,7 +146,7 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
         "lr flaw: the flawed sweep fitted on the matched rows of the good one only": ({"lr_flaw": _MATCHED.replace(
             "    budgets, n_good, _ = fit_optima(good)\n", """    kept = np.isin(good["seed"], flawed["seed"])
     budgets, n_good, _ = fit_optima({k: v[kept] for k, v in good.items()})
-""") + _SHIFTS}, _FLAW, "a hidden test (other inputs) fails: the shifts are not right"),
+""") + _SHIFTS}, _FLAW, "the shifts are not right"),
         "lr flaw: the course library's fits": ({"lr_flaw": _MATCHED.replace(
             "    budgets, n_good, _ = fit_optima(good)\n    _, n_flawed, _ = fit_optima(flawed)\n",
             _LIBRARY + """isoflop_optima
@@ -157,6 +157,6 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
         "lr flaw: the visible answer hard-coded": ({"lr_flaw": """
     return [8, 12, 16, 24, 32], [1.2071219771675836, 1.083883242288028, 1.1073724076835065, 1.1043349553824255], \\
         -0.021316534560376743
-"""}, _FLAW, "a hidden test (other inputs) fails"),
+"""}, _FLAW, "the disadvantaged widths are not right"),
     },
 }

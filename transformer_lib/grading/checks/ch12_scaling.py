@@ -121,8 +121,10 @@ def check_compute_optimal(fn: Callable, sweep: dict | None = None, budget: float
         for sweep_ in (_sweep(), _perturbed(g), _synthetic(g)):
             low, high = sweep_["budget"].min(), sweep_["budget"].max()
             cases.append(_plan_case(sweep_, low * (high / low) ** _uniform(g, -0.2, 1.3), "compute_optimal(sweep, C)"))
-    else:
-        cases = [_plan_case(_sweep() if sweep is None else sweep, budget, f"compute_optimal(sweep, {budget:g})")]
+    else:  # by default a second budget too, above the sweep's largest: one answer cannot serve both
+        budgets = (budget, 4e12) if sweep is None else (budget,)
+        cases = [_plan_case(_sweep() if sweep is None else sweep, c, f"compute_optimal(sweep, {c:g})")
+                 for c in budgets]
     run_check("compute_optimal", fn, cases, lambda f, c: {"result": call(f, _copy(c["sweep"]), c["budget"])}, hidden)
 
 
@@ -138,8 +140,8 @@ def check_tokens_per_parameter(fn: Callable, b: float = 0.27, c1: float = 5.9e23
         bs = [_uniform(g, 0.55, 0.9), _uniform(g, 0.1, 0.45), 0.5]
         cases = [dict(b=b_, c1=10 ** _uniform(g, 15, 24), r1=_uniform(g, 2, 300), c2=10 ** _uniform(g, 15, 26))
                  for b_ in bs]
-    else:
-        cases = [dict(b=b, c1=c1, r1=r1, c2=c2)]
+    else:  # and a data exponent above ½, where the ratio grows with the budget
+        cases = [dict(b=b, c1=c1, r1=r1, c2=c2), dict(b=0.62, c1=1e18, r1=40.0, c2=3e20)]
     for case in cases:
         case["what"] = "tokens_per_parameter(b, c1, r1, c2)"
     run_check("tokens_per_parameter", fn, cases, lambda f, c: {"result": call(f, c["b"], c["c1"], c["r1"], c["c2"])},
@@ -168,6 +170,10 @@ def check_lr_flaw(fn: Callable, good: dict | None = None, flawed: dict | None = 
     else:
         cases = [dict(good=_sweep() if good is None else good, flawed=_flawed(_sweep(), _LAB_LR, 0.05)
                       if flawed is None else flawed, margin=margin)]
+        if good is None and flawed is None:  # and a flawed sweep of seed 0 only, its rows in reverse order
+            other = _flawed(_sweep(), _LAB_LR * math.sqrt(_LAB_WIDTH / 16), 0.05)
+            cases.append(dict(good=_sweep(), flawed=_take(other, np.flatnonzero(other["seed"] == 0)[::-1]),
+                              margin=margin))
     for case in cases:
         case["what"] = "lr_flaw(good, flawed, margin)"
     run_check("lr_flaw", fn, cases, lambda f, c: {"result": call(f, _copy(c["good"]), _copy(c["flawed"]),
