@@ -260,10 +260,11 @@ def _step_seconds(model: GPT, lengths: np.ndarray, repeats: int = 15) -> tuple[n
 @pytest.mark.parametrize("seed", SEEDS)
 def test_kv_cache_step_is_flat_and_the_saving_grows(seed):
     """A cached step costs about the same at every context length (a line fitted to its times
-    changes by less than a tenth of the uncached line's rise), the uncached step becomes more than
+    changes by less than a quarter of the uncached line's rise), the uncached step becomes more than
     2.5 times slower from n = 16 to 320, and the saving more than doubles. Measured over the five
     seeds on a 2-core machine with a load average of about 7: rise ratio 0.04 to 0.08, uncached
-    growth 2.8 to 3.4, saving grown 2.4 to 3.1 times."""
+    growth 2.8 to 3.4, saving grown 2.4 to 3.1 times; on a fresh CI machine one seed gave a rise
+    ratio of 0.11 (the new query still meets n keys), hence a quarter, not a tenth."""
     torch.set_num_threads(1)
     torch.manual_seed(seed)
     model = GPT(ModelConfig(vocab_size=50, n_ctx=320, d_model=64, n_layers=2, n_heads=4)).eval()
@@ -274,6 +275,6 @@ def test_kv_cache_step_is_flat_and_the_saving_grows(seed):
         return np.polyfit(lengths, t, 1)[0] * (lengths[-1] - lengths[0])
 
     ratio = t_full / t_cache
-    assert abs(rise(t_cache)) < 0.1 * rise(t_full), (t_cache, t_full)
+    assert abs(rise(t_cache)) < 0.25 * rise(t_full), (t_cache, t_full)
     assert t_full[-1] > 2.5 * t_full[0], t_full
     assert ratio[-1] > 2 * ratio[0], ratio

@@ -664,7 +664,7 @@ BROKEN = {
     "7 KV cache timing: the cached step reruns the window": (
         CH7, [("def step_seconds(model, lengths", [("model(x[:, n - 1:n], cache=[dict(c) for c in caches[n]])",
                                                     "model(x[:, :n])")])],
-        "assert abs(rise_cache) < 0.1 * rise_full"),
+        "assert abs(rise_cache) < 0.25 * rise_full"),
     "7 KV cache: bytes for K or V only": (
         CH7, [("mistral_7b = ModelConfig", [("kv_bytes = 2 * c.n_layers", "kv_bytes = c.n_layers")])],
         "assert stored == 10 * kv_bytes"),
