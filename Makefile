@@ -42,8 +42,14 @@ book: install
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going -q
 	@echo "Book built: _build/html/index.html"
 
+# Two runs: the suite on both cores (pytest-xdist; a test file's tests stay on one worker, the book's
+# build and the browser suite on one, see tests/conftest.py), then the tests marked `timing`, which
+# compare measured times, alone on the machine. Both always run; either failing fails `make test`.
 test: install
-	$(BIN)/python -m pytest
+	@status=0; \
+	$(BIN)/python -m pytest -n 2 --dist loadgroup -m "not timing" || status=$$?; \
+	$(BIN)/python -m pytest -m timing || status=$$?; \
+	exit $$status
 
 serve: book
 	@echo "Serving http://localhost:$(PORT)/ (Ctrl-C to stop)"

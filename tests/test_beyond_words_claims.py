@@ -147,6 +147,7 @@ def test_lstm_gradient_vanishes_with_distance_attention_does_not(seed):
         ("gradient_by_distance(head, seed=0)", f"gradient_by_distance(head, seed={seed})")])])
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("seed", SEEDS)
 def test_lstm_time_grows_with_n_and_the_multiply_adds_match_the_formulas(seed):
     """The timing cell for LSTMs and heads initialised from five seeds: the LSTM's time from n = 64
@@ -177,6 +178,7 @@ def test_flops_grow_quadratically_for_exact_and_linearly_for_the_answers():
     assert 1.9 < growth["sliding"] < 2.1 and 1.9 < growth["linear"] < 2.1
 
 
+@pytest.mark.timing
 def test_linear_and_sliding_attention_are_faster_at_n_2048():
     q, k, v = (torch.randn(1, 2048, 32, generator=torch.Generator().manual_seed(i)) for i in range(3))
 

@@ -257,6 +257,7 @@ def _step_seconds(model: GPT, lengths: np.ndarray, repeats: int = 15) -> tuple[n
     return np.array([med[n, False] for n in lengths]), np.array([med[n, True] for n in lengths])
 
 
+@pytest.mark.timing
 @pytest.mark.parametrize("seed", SEEDS)
 def test_kv_cache_step_is_flat_and_the_saving_grows(seed):
     """A cached step costs about the same at every context length (a line fitted to its times

@@ -35,6 +35,7 @@ def _appendix() -> tuple[list, dict]:
     return cells, namespace
 
 
+@pytest.mark.timing  # it also asserts the speed-up of keeping the pair counts up to date
 @pytest.mark.parametrize("start", STARTS)
 def test_claims_for_another_training_slice(start):
     cells, namespace = _appendix()
