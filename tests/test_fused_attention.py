@@ -10,7 +10,11 @@ path really called torch's kernel and the explicit one did not, so two copies of
 cannot pass for two paths."""
 from __future__ import annotations
 
+import importlib
+import io
 import itertools
+import re
+import tokenize
 import warnings
 
 import pytest
@@ -18,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
+from repo_paths import REPO
 from transformer_lib.config import ModelConfig
 from transformer_lib.model import GPT
 from transformer_lib.multihead import MultiHeadAttention
@@ -218,3 +223,44 @@ def test_torch_state_answers_and_falls_back_to_the_explicit_path(monkeypatch):
                     mp.setattr(F, "scaled_dot_product_attention", forbidden)
                     assert torch.equal(layer(x), want)
         torch.testing.assert_close(layer(x), want, atol=1e-6, rtol=0)   # the fused path again
+
+
+PRIVATE = re.compile(r"\btorch\.(?:\w+\.)*_[A-Za-z]\w*")  # torch._C, torch.utils._pytree, torch._dynamo …
+
+
+def test_only_torch_state_names_private_torch_modules():
+    """Outside `transformer_lib/_torch_state.py` (and the grader, whose watch is about torch's
+    internals), no module of the library names a private torch module: a torch release that moves
+    one breaks a single small tested file, not the layers."""
+    found = {}
+    for path in sorted((REPO / "transformer_lib").rglob("*.py")):
+        relative = path.relative_to(REPO / "transformer_lib").as_posix()
+        if relative == "_torch_state.py" or relative.startswith("grading/"):
+            continue
+        code = [t.string for t in tokenize.generate_tokens(io.StringIO(path.read_text(encoding="utf-8")).readline)
+                if t.type not in (tokenize.COMMENT, tokenize.STRING)]
+        names = PRIVATE.findall(re.sub(r"\s*\.\s*", ".", " ".join(code)))
+        if names:
+            found[relative] = sorted(set(names))
+    assert found == {}
+    assert PRIVATE.findall("from torch.utils._pytree import tree_leaves; torch._C._nn") == [
+        "torch.utils._pytree", "torch._C._nn"]
+    assert PRIVATE.findall("torch.nn.functional.softmax(x); torch.Tensor; torch.__version__") == []
+
+
+def test_a_torch_without_the_dispatch_mode_gets_a_placeholder_that_names_it(monkeypatch):
+    """Were torch to move ``TorchDispatchMode``, the library still imports, and measuring peak memory
+    raises an error naming the missing class."""
+    import torch.utils._python_dispatch as dispatch
+
+    from transformer_lib import _torch_state
+
+    try:
+        monkeypatch.delattr(dispatch, "TorchDispatchMode")
+        importlib.reload(_torch_state)
+        with pytest.raises(RuntimeError, match="no torch.utils._python_dispatch.TorchDispatchMode"):
+            _torch_state.DispatchMode()
+    finally:
+        monkeypatch.undo()
+        importlib.reload(_torch_state)
+    assert _torch_state.DispatchMode is dispatch.TorchDispatchMode

@@ -1,4 +1,5 @@
-"""What torch is doing around a call, asked through two private torch functions.
+"""What torch is doing around a call, asked through two private torch functions, and the one
+private torch class the library builds on.
 
 The attention layer takes torch's fused kernel only when nothing around it needs the explicit
 path: no ``TorchDispatchMode`` is active (``FlopCounterMode`` is one, and has no formula for the
@@ -7,6 +8,12 @@ CPU fused kernel; `transformer_lib.memory` uses one) and no ``torch.func`` trans
 exposes both facts only under private names, which may move in a later release; each
 function here then answers True ("something is active"), so the layer falls back to the
 explicit path, which is always correct.
+
+``DispatchMode`` is torch's base class for watching every operator call
+(``torch.utils._python_dispatch.TorchDispatchMode``), which `transformer_lib.memory` subclasses;
+if torch moves it, a placeholder stands in whose use raises an error that names it.
+This is the only module of the library outside `transformer_lib.grading` that names a private
+torch module (a test reads the others).
 """
 from __future__ import annotations
 
@@ -18,6 +25,16 @@ try:
     from torch._C._functorch import maybe_current_level
 except ImportError:  # pragma: no cover - depends on the torch release
     maybe_current_level = None
+try:
+    from torch.utils._python_dispatch import TorchDispatchMode as DispatchMode
+except ImportError:  # pragma: no cover - depends on the torch release
+
+    class DispatchMode:  # type: ignore[no-redef]
+        """Stands in for torch's ``TorchDispatchMode`` where this torch release has none."""
+
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            raise RuntimeError("this torch release has no torch.utils._python_dispatch.TorchDispatchMode, "
+                               "which measuring peak memory needs")
 
 
 def dispatch_mode_active() -> bool:

@@ -17,13 +17,24 @@ from typing import Any, Callable
 
 import torch
 from torch import Tensor
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
+
+from transformer_lib._torch_state import DispatchMode
 
 __all__ = ["peak_memory"]
 
 
-class _LiveBytes(TorchDispatchMode):
+def _tensors(obj: Any) -> list[Tensor]:
+    """The tensors in ``obj``, a tensor or (nested) tuples, lists and dicts of them and other values."""
+    if isinstance(obj, Tensor):
+        return [obj]
+    if isinstance(obj, dict):
+        obj = list(obj.values())
+    if isinstance(obj, (tuple, list)):
+        return [t for item in obj for t in _tensors(item)]
+    return []
+
+
+class _LiveBytes(DispatchMode):
     """Running and peak bytes of the storages created while the mode is active. Chapter 9."""
 
     def __init__(self, external: set[int]) -> None:
@@ -54,8 +65,8 @@ class _LiveBytes(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
         out = func(*args, **(kwargs or {}))
-        for t in tree_leaves(out):
-            if isinstance(t, Tensor) and t.device.type != "meta":
+        for t in _tensors(out):
+            if t.device.type != "meta":
                 self._track(t)
         return out
 
@@ -68,8 +79,7 @@ def peak_memory(fn: Callable[..., Any], *args: Any, exclude_output: bool = True,
     tensors are subtracted, leaving the working memory: for attention ``(…, n, d) -> (…, n, d)``
     the intermediates (scores, weights, tiles) beyond the unavoidable output. Chapter 9.
     """
-    external = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs))
-                if isinstance(t, Tensor)}
+    external = {t.untyped_storage().data_ptr() for t in _tensors((args, kwargs))}
     with torch.no_grad():
         mode = _LiveBytes(external)
         with mode:
@@ -77,8 +87,8 @@ def peak_memory(fn: Callable[..., Any], *args: Any, exclude_output: bool = True,
     peak = mode.peak
     if exclude_output:
         seen: set[int] = set()
-        for t in tree_leaves(out):
-            if isinstance(t, Tensor) and t.untyped_storage().data_ptr() not in seen | external:
+        for t in _tensors(out):
+            if t.untyped_storage().data_ptr() not in seen | external:
                 seen.add(t.untyped_storage().data_ptr())
                 peak -= t.untyped_storage().nbytes()
     return peak
