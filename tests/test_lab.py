@@ -132,7 +132,11 @@ def test_the_schedule_warms_up_then_decays_to_a_tenth_at_the_budget():
 
 
 @pytest.mark.parametrize("args, phrase", [
-    (["--seconds", "0"], "--seconds: expected a number > 0, got 0.0"),
+    (["--seconds", "0"], "--seconds: expected a finite number > 0, got 0.0"),
+    (["--seconds", "inf"], "--seconds: expected a finite number > 0, got inf"),
+    (["--lr", "nan"], "--lr: expected a finite number > 0, got nan"),
+    (["--curve", "-1"], "--curve: expected a finite number of seconds >= 0 (0: no curve), got -1.0"),
+    (["--curve", "nan"], "--curve: expected a finite number of seconds >= 0 (0: no curve), got nan"),
     (["--context", "32"], "--context: expected at least the 64 characters"),
     (["--batch", "0"], "--batch: expected an int >= 1, got 0"),
     (["--clip", "-1"], "--clip: expected a number >= 0 (0: no clipping), got -1.0"),

@@ -113,8 +113,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def _checked(args: argparse.Namespace) -> argparse.Namespace:
     for name in ("seconds", "lr"):
-        if not getattr(args, name) > 0:
-            raise SystemExit(f"--{name}: expected a number > 0, got {getattr(args, name)}")
+        if not 0 < getattr(args, name) < math.inf:
+            raise SystemExit(f"--{name}: expected a finite number > 0, got {getattr(args, name)}")
+    if not 0 <= args.curve < math.inf:
+        raise SystemExit(f"--curve: expected a finite number of seconds >= 0 (0: no curve), got {args.curve}")
     for name in ("d_model", "layers", "heads", "batch", "warmup", "threads"):
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name.replace('_', '-')}: expected an int >= 1, got {getattr(args, name)}")
