@@ -43,9 +43,10 @@ _RUNNING = """
 """
 
 
-def _running(phi: str, prefix: str, norm: str, divide: str) -> str:
+def _running(phi: str = "F.elu({}) + 1", prefix: str = "outer.cumsum(dim=-3)", norm: str = "feat_k.cumsum(dim=-2)",
+             divide: str = "top / bottom") -> str:
     """The running-sum solution with its feature map (``phi``, with ``{}`` for the input), prefix sums
-    and division replaced."""
+    or division replaced."""
     return _RUNNING.format(phi_q=phi.format("Q"), phi_k=phi.format("K"), prefix=prefix, norm=norm, divide=divide)
 
 WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
@@ -182,26 +183,19 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
     return torch.stack(rows, dim=-2)
 """}, _CAUSAL, "O(n·m) work"),
         "causal: the keys before i only, j < i": ({"causal_linear_attention": _running(
-            phi="F.elu({}) + 1", prefix="outer.cumsum(dim=-3) - outer", norm="feat_k.cumsum(dim=-2) - feat_k",
-            divide="top / bottom")}, _CAUSAL, "include key i itself"),
+            prefix="outer.cumsum(dim=-3) - outer", norm="feat_k.cumsum(dim=-2) - feat_k")}, _CAUSAL,
+            "include key i itself"),
         "causal: the keys after i": ({"causal_linear_attention": _running(
-            phi="F.elu({}) + 1", prefix="outer.flip(-3).cumsum(dim=-3).flip(-3)",
-            norm="feat_k.flip(-2).cumsum(dim=-2).flip(-2)", divide="top / bottom")}, _CAUSAL, "not the ones after"),
+            prefix="outer.flip(-3).cumsum(dim=-3).flip(-3)", norm="feat_k.flip(-2).cumsum(dim=-2).flip(-2)")},
+            _CAUSAL, "not the ones after"),
         "causal: the normaliser over every key": ({"causal_linear_attention": _running(
-            phi="F.elu({}) + 1", prefix="outer.cumsum(dim=-3)", norm="feat_k.sum(dim=-2, keepdim=True)",
-            divide="top / bottom")}, _CAUSAL, "same keys as the numerator"),
-        "causal: no normaliser": ({"causal_linear_attention": _running(
-            phi="F.elu({}) + 1", prefix="outer.cumsum(dim=-3)", norm="feat_k.cumsum(dim=-2)", divide="top")},
-            _CAUSAL, "divide by the normaliser"),
-        "causal: elu without + 1": ({"causal_linear_attention": _running(
-            phi="F.elu({})", prefix="outer.cumsum(dim=-3)", norm="feat_k.cumsum(dim=-2)", divide="top / bottom")},
-            _CAUSAL, "+ 1"),
-        "causal: relu features": ({"causal_linear_attention": _running(
-            phi="F.relu({})", prefix="outer.cumsum(dim=-3)", norm="feat_k.cumsum(dim=-2)", divide="top / bottom")},
-            _CAUSAL, "relu"),
+            norm="feat_k.sum(dim=-2, keepdim=True)")}, _CAUSAL, "same keys as the numerator"),
+        "causal: no normaliser": ({"causal_linear_attention": _running(divide="top")}, _CAUSAL,
+                                  "divide by the normaliser"),
+        "causal: elu without + 1": ({"causal_linear_attention": _running(phi="F.elu({})")}, _CAUSAL, "+ 1"),
+        "causal: relu features": ({"causal_linear_attention": _running(phi="F.relu({})")}, _CAUSAL, "relu"),
         "causal: the running sums along the first axis (unbatched only)": ({"causal_linear_attention": _running(
-            phi="F.elu({}) + 1", prefix="outer.cumsum(dim=0)", norm="feat_k.cumsum(dim=0)", divide="top / bottom")},
-            _CAUSAL, "the leading dimensions are a batch"),
+            prefix="outer.cumsum(dim=0)", norm="feat_k.cumsum(dim=0)")}, _CAUSAL, "the leading dimensions are a batch"),
         "causal: softmax attention": ({"causal_linear_attention": """
     n = Q.shape[-2]
     scores = (Q @ K.transpose(-2, -1)).masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
