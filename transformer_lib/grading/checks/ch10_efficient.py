@@ -127,12 +127,14 @@ def check_sliding_window(fn: Callable, q: torch.Tensor | None = None, k: torch.T
     if hidden:
         g = hidden_generator("sliding_window", hidden)
         cases = []
-        for dims, w_, scale in [(0, draw(g, 1, 5), 1.0), (1, 1, 2.0), (2, draw(g, 2, 5), 1.0)]:
+        for dims, w_, scale, kind in [(0, draw(g, 1, 5), 1.0, "unbatched, another window"),
+                                      (1, 1, 2.0, "one leading dimension, w = 1, larger queries and keys"),
+                                      (2, draw(g, 2, 5), 1.0, "two leading dimensions")]:
             lead = [draw(g, 1, 3) for _ in range(dims)]
             n, d_k, d_v = _PRIMES[draw(g, 0, len(_PRIMES) - 1)], draw(g, 2, 8), draw(g, 1, 8)
             case = _sized_case(randn(g, *lead, n, d_k, scale=scale), randn(g, *lead, n, d_k, scale=scale),
                                randn(g, *lead, n, d_v), g, f"sliding_window(Q, K, V, w={w_})", scale)
-            cases.append(dict(case, w=w_))
+            cases.append(dict(case, w=w_, inputs=kind))
     else:
         cases = [dict(_sized_case(seeded(66, 37, 4, scale=1.5) if q is None else q,
                                   seeded(67, 37, 4, scale=1.5) if k is None else k,
