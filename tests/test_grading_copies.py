@@ -77,7 +77,8 @@ def copied(stem: str, seen: frozenset[str] | None = None) -> dict[str, list[str]
 
 # The exercises rewritten as transfers: not one of their solution lines appears in the chapter or the library.
 TRANSFERS = {"appendix_tokens": ["merge_step#0"],
-             "appendix_beyond_words": ["cross_section_attention#0", "vit_tokens#0", "causal_linear_attention#0"]}
+             "appendix_beyond_words": ["cross_section_attention#0", "vit_tokens#0", "sliding_window#0",
+                                       "causal_linear_attention#0"]}
 # Solutions known to retype the library, each to be rewritten as a transfer (then taken off this list).
 LIBRARY_COPIES = {"02_building_up_attention": {
     "attention#0": "Exercise 2.3 is transformer_lib.attention.scaled_dot_product_attention's body"}}
