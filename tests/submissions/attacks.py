@@ -135,7 +135,7 @@ ATTACKS: dict[str, dict[str, tuple[dict[str, str], set[str]]]] = {
             """}, {"check_param_count"}),
     },
     "appendix_beyond_words": {
-        "the quadratic form in a thread": ({"linear_attention": """
+        "the quadratic form in a thread": ({"causal_linear_attention": """
             from concurrent.futures import ThreadPoolExecutor
 
             def quadratic():
@@ -144,6 +144,6 @@ ATTACKS: dict[str, dict[str, tuple[dict[str, str], set[str]]]] = {
                 return (kernel / kernel.sum(-1, keepdim=True)) @ V
             with ThreadPoolExecutor(1) as pool:
                 return pool.submit(quadratic).result()
-            """}, {"check_linear_attention"}),
+            """}, {"check_causal_linear_attention"}),
     },
 }

@@ -143,7 +143,7 @@ ATTACKS: dict[str, dict[str, tuple[object, set[str], str]]] = {
             """}, {"check_rms_norm"}, "torch.sys"),
     },
     "appendix_beyond_words": {
-        "the quadratic form after the call, in a rebound detach": ({"linear_attention": """
+        "the quadratic form after the call, in a rebound detach": ({"causal_linear_attention": """
             if torch.Tensor.detach.__name__ != "quadratic":
                 original = torch.Tensor.detach
 
@@ -158,6 +158,6 @@ ATTACKS: dict[str, dict[str, tuple[object, set[str], str]]] = {
             out = torch.zeros(*Q.shape[:-1], V.shape[-1], dtype=V.dtype)
             out.inputs = (Q, K, V)
             return out
-            """}, {"check_linear_attention"}, "torch.Tensor.detach = "),
+            """}, {"check_causal_linear_attention"}, "torch.Tensor.detach = "),
     },
 }

@@ -1,5 +1,6 @@
 """Checks for the appendix exercises 10.1 and 10.2: cross-sectional attention from given
-projections, and the [CLS] token with positions. Attention in O(n) (10.3 and 10.4) is checked
+projections in which no firm is its own peer, and the [CLS] token with the positions of a larger
+grid. Attention in O(n) (10.3 and 10.4) is checked
 in ``ch10_efficient.py``.
 
 Above the judging line: what runs in the student's kernel (the inputs, visible and hidden, and
@@ -18,55 +19,85 @@ from .._harness import draw, hidden_generator, randn, run_check, seeded
 __all__ = ["check_cross_section_attention", "check_vit_tokens"]
 
 _ATTENTION = ("scaled_dot_product_attention", "multi_head_attention")
+_CS_ARGS = ("X_t", "X_r", "W_Q", "W_K", "W_V", "ids_t", "ids_r")
 
 
 # ------------------------------------------------------------------------ 10.1 cross-sectional attention
 
+def _ids(g: torch.Generator, n_t: int, n_r: int, shared: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Firm identifiers: ``shared`` of the n_t targets are reference firms too, each at another place."""
+    pool = torch.randperm(1000, generator=g)[:n_t + n_r - shared] + 1
+    ids_r = pool[:n_r]
+    both = ids_r[torch.randperm(n_r, generator=g)[:shared]]
+    ids_t = torch.cat([both, pool[n_r:]])[torch.randperm(n_t, generator=g)]
+    return ids_t, ids_r
+
+
 def check_cross_section_attention(fn: Callable, X_t: torch.Tensor | None = None, X_r: torch.Tensor | None = None,
                                   W_Q: torch.Tensor | None = None, W_K: torch.Tensor | None = None,
-                                  W_V: torch.Tensor | None = None, hidden: int = 0) -> None:
-    """``fn(X_t (n_t, d), X_r (n_r, d), W_Q (d, d_k), W_K (d, d_k), W_V (d, d_v)) -> (Z (n_t, d_v),
-    A (n_t, n_r))``: the targets X_t attend to the reference firms X_r. Chapter 10."""
+                                  W_V: torch.Tensor | None = None, ids_t: torch.Tensor | None = None,
+                                  ids_r: torch.Tensor | None = None, hidden: int = 0) -> None:
+    """``fn(X_t (n_t, d), X_r (n_r, d), W_Q (d, d_k), W_K (d, d_k), W_V (d, d_v), ids_t (n_t,), ids_r (n_r,))
+    -> (Z (n_t, d_v), A (n_t, n_r))``: the targets X_t attend to the reference firms X_r, never to the
+    firm with their own identifier; a target with no other firm gets zero rows. Chapter 10."""
     if hidden:
         g = hidden_generator("cross_section_attention", hidden)
         cases = []
-        for n_t, n_r, scale in [(draw(g, 5, 9), draw(g, 2, 4), 1.0),      # more targets than reference firms
-                                (draw(g, 3, 6), draw(g, 7, 12), 20.0),    # large features: a stable softmax
-                                (draw(g, 1, 3), draw(g, 1, 3), 1.0)]:     # a single target or firm
+        for n_t, n_r, shared, scale, kind in [
+                (draw(g, 5, 9), draw(g, 2, 4), 0, 1.0, "no target among the reference firms, more targets"),
+                (draw(g, 3, 5), draw(g, 6, 9), None, 20.0, "every target among the reference firms, large features"),
+                (1, 1, 1, 1.0, "one target, whose only reference firm is itself")]:
             d, d_k, d_v = draw(g, 2, 7), draw(g, 1, 6), draw(g, 1, 5)
+            ids = _ids(g, n_t, n_r, n_t if shared is None else shared)
             cases.append(dict(X_t=randn(g, n_t, d, scale=scale), X_r=randn(g, n_r, d, scale=scale),
-                              W_Q=randn(g, d, d_k), W_K=randn(g, d, d_k), W_V=randn(g, d, d_v)))
+                              W_Q=randn(g, d, d_k), W_K=randn(g, d, d_k), W_V=randn(g, d, d_v),
+                              ids_t=ids[0], ids_r=ids[1], inputs=kind))
+    elif X_t is not None:
+        cases = [dict(X_t=X_t, X_r=X_r, W_Q=W_Q, W_K=W_K, W_V=W_V, ids_t=ids_t, ids_r=ids_r)]
     else:
-        cases = [dict(X_t=seeded(30, 4, 5) if X_t is None else X_t, X_r=seeded(31, 6, 5) if X_r is None else X_r,
-                      W_Q=seeded(32, 5, 3) if W_Q is None else W_Q, W_K=seeded(33, 5, 3) if W_K is None else W_K,
-                      W_V=seeded(34, 5, 2) if W_V is None else W_V)]
+        cases = [dict(X_t=seeded(30, 4, 5), X_r=seeded(31, 6, 5), W_Q=seeded(32, 5, 3), W_K=seeded(33, 5, 3),
+                      W_V=seeded(34, 5, 2), ids_t=torch.tensor([12, 3, 40, 7]),
+                      ids_r=torch.tensor([3, 5, 7, 9, 11, 12])),
+                 dict(X_t=seeded(35, 3, 4), X_r=seeded(36, 1, 4), W_Q=seeded(37, 4, 2), W_K=seeded(38, 4, 2),
+                      W_V=seeded(39, 4, 3), ids_t=torch.tensor([8, 2, 5]), ids_r=torch.tensor([8]))]
     for case in cases:
-        case["what"] = "cross_section_attention(X_t, X_r, W_Q, W_K, W_V)"
+        case["what"] = "cross_section_attention(X_t, X_r, W_Q, W_K, W_V, ids_t, ids_r)"
     run_check("cross_section_attention", fn, cases, lambda f, c: {"result": call(
-        f, *(c[key].clone() for key in ("X_t", "X_r", "W_Q", "W_K", "W_V")), banned=_ATTENTION)}, hidden)
+        f, *(c[key].clone() for key in _CS_ARGS), banned=_ATTENTION)}, hidden)
 
 
 # ------------------------------------------------------------------------ 10.2 [CLS] and positions
 
 def check_vit_tokens(fn: Callable, patches: torch.Tensor | None = None, W_E: torch.Tensor | None = None,
-                     cls: torch.Tensor | None = None, pos: torch.Tensor | None = None, hidden: int = 0) -> None:
-    """``fn(patches (b, L, P), W_E (P, d), cls (d,), pos (1 + L, d)) -> (b, 1 + L, d)``:
-    [CLS] at position 0, then the embedded patches, plus the position of every token. Chapter 10."""
+                     cls: torch.Tensor | None = None, pos: torch.Tensor | None = None, cols: int | None = None,
+                     hidden: int = 0) -> None:
+    """``fn(patches (b, L, P), W_E (P, d), cls (d,), pos (R, C, d), cols) -> (b, 1 + L, d)``: [CLS]
+    first, then the embedded patches of a grid of L / cols rows and ``cols`` columns (row-major), the
+    patch in row a, column b plus ``pos[a, b]``, the position learned for that place of a larger grid
+    of R × C patches; [CLS] gets no position. Chapter 10."""
     if hidden:
         g = hidden_generator("vit_tokens", hidden)
         cases = []
+        R, C = draw(g, 3, 5), draw(g, 3, 5)
         one = draw(g, 2, 5)
-        for b, L, P, d in [(draw(g, 2, 3), draw(g, 9, 16), draw(g, 2, 6), draw(g, 7, 10)),
-                           (1, 1, one, one)]:                           # one image of one patch; P = d
-            cases.append(dict(patches=randn(g, b, L, P), W_E=randn(g, P, d), cls=randn(g, d), pos=randn(g, 1 + L, d)))
+        for b, rows, cols_, P, d, kind in [
+                (draw(g, 2, 3), R, C, draw(g, 2, 6), draw(g, 4, 8), "the whole grid the positions were learned on"),
+                (draw(g, 1, 3), draw(g, 1, R - 1), C, draw(g, 2, 6), draw(g, 4, 8), "the full width, fewer rows"),
+                (draw(g, 1, 3), 1, draw(g, 2, C - 1), draw(g, 2, 6), draw(g, 4, 8), "one row of patches"),
+                (1, 1, 1, one, one, "one image of one patch, P = d")]:
+            cases.append(dict(patches=randn(g, b, rows * cols_, P), W_E=randn(g, P, d), cls=randn(g, d),
+                              pos=randn(g, R, C, d), cols=cols_, inputs=kind))
+    elif patches is not None:
+        cases = [dict(patches=patches, W_E=W_E, cls=cls, pos=pos, cols=cols)]
     else:
-        cases = [dict(patches=seeded(50, 2, 4, 6) if patches is None else patches,
-                      W_E=seeded(51, 6, 3) if W_E is None else W_E, cls=seeded(52, 3) if cls is None else cls,
-                      pos=seeded(53, 5, 3) if pos is None else pos)]
+        cases = [dict(patches=seeded(50, 2, 6, 6), W_E=seeded(51, 6, 3), cls=seeded(52, 3), pos=seeded(53, 3, 4, 3),
+                      cols=3),
+                 dict(patches=seeded(54, 1, 6, 4), W_E=seeded(55, 4, 5), cls=seeded(56, 5), pos=seeded(57, 3, 5, 5),
+                      cols=2)]
     for case in cases:
-        case["what"] = "vit_tokens(patches, W_E, cls, pos)"
+        case["what"] = f"vit_tokens(patches, W_E, cls, pos, cols={case['cols']})"
     run_check("vit_tokens", fn, cases, lambda f, c: {"tokens": call(
-        f, *(c[key].clone() for key in ("patches", "W_E", "cls", "pos")))}, hidden)
+        f, *(c[key].clone() for key in ("patches", "W_E", "cls", "pos")), c["cols"])}, hidden)
 
 
 # ==== judging: runs in the grader, never loaded into a graded kernel ====
@@ -78,23 +109,43 @@ import torch.nn.functional as F  # noqa: E402
 from .._judging import as_array, check_finite, check_shape, close, fail, judge, pair  # noqa: E402
 
 
-@judge("cross_section_attention", compare=("result",), atol=1e-6, rtol=1e-6, bans=_ATTENTION,
-       ok=lambda cases, outs: "cross-sectional attention: " + ", ".join(
-           f"{c['X_t'].shape[0]} targets over {c['X_r'].shape[0]} reference firms" for c in cases)
-       + " match softmax(QKᵀ/√d_k)V (torch's scaled_dot_product_attention, atol 1e-6)")
+def _count(k: int, thing: str) -> str:
+    return f"{k} {thing}" + "s" * (k != 1)
+
+
+def _cs_ok(cases: list[dict], outs: list[dict]) -> str:
+    facts = []
+    for c in cases:
+        own = (c["ids_t"][:, None] == c["ids_r"][None, :])
+        alone = int((own.sum(-1) == c["ids_r"].shape[0]).sum())
+        facts.append(f"{_count(c['X_t'].shape[0], 'target')} over {_count(c['X_r'].shape[0], 'reference firm')}, "
+                     f"{int(own.sum())} of the targets among them"
+                     + (f", {alone} with no other firm" if alone else ""))
+    return ("cross-sectional attention: " + "; ".join(facts) + ": match softmax(QKᵀ/√d_k)V over the other "
+            "firms (torch's scaled_dot_product_attention, atol 1e-6)")
+
+
+@judge("cross_section_attention", compare=("result",), atol=1e-6, rtol=1e-6, bans=_ATTENTION, ok=_cs_ok)
 def _cross_section_attention(case: dict, out: dict) -> None:
-    X_t, X_r, W_Q, W_K, W_V = (case[key] for key in ("X_t", "X_r", "W_Q", "W_K", "W_V"))
+    X_t, X_r, W_Q, W_K, W_V, ids_t, ids_r = (case[key] for key in _CS_ARGS)
     atol = 1e-6
     d_k = W_Q.shape[1]
     q, k, v = X_t @ W_Q, X_r @ W_K, X_r @ W_V
-    expected_z = F.scaled_dot_product_attention(q, k, v).numpy()
+    n_t, n_r = X_t.shape[-2], X_r.shape[-2]
+    own = ids_t[:, None] == ids_r[None, :]                     # (n_t, n_r): the target's own firm
+    peers = ~own.all(-1, keepdim=True)                         # (n_t, 1): a target with another firm
+    expected_z = torch.where(peers, F.scaled_dot_product_attention(q, k, v, attn_mask=~own), 0.0).numpy()
 
-    def weights(keys: torch.Tensor, scale: float, dim: int = -1) -> np.ndarray:
-        return torch.softmax(q @ keys.transpose(-2, -1) * scale, dim=dim).numpy()
-    expected_a = weights(k, 1 / math.sqrt(d_k))
+    def weights(scale: float, leave_out: torch.Tensor | None = own, dim: int = -1, after: bool = False) -> np.ndarray:
+        scores = q @ k.transpose(-2, -1) * scale
+        if leave_out is not None and not after:
+            scores = scores.masked_fill(leave_out, -math.inf)
+        w = torch.softmax(scores, dim=dim).nan_to_num(0.0)
+        return (w.masked_fill(leave_out, 0.0) if after else w).numpy()
+    scale = 1 / math.sqrt(d_k)
+    expected_a = weights(scale)
     z, a = pair(out["result"], "cross_section_attention", ("Z", "A"))
     z, a = as_array(z, "Z"), as_array(a, "A")
-    n_t, n_r = X_t.shape[-2], X_r.shape[-2]
     if a.shape == (n_t, n_t) and n_t != n_r:
         fail("A is targets × targets: the keys and values come from the reference firms X_r "
              "(cross-attention), only the queries from the targets X_t", expected_a, a)
@@ -102,17 +153,26 @@ def _cross_section_attention(case: dict, out: dict) -> None:
         fail("A has one row per reference firm: the queries are the targets X_t, so A is "
              "(n_targets, n_reference) with A[i, j] = weight of target i on reference firm j", expected_a, a)
     check_shape(a, expected_a.shape, "A", "one row per target, one column per reference firm")
-    check_finite(a, "A", "subtract the row maximum before exponentiating (or use torch.softmax)")
+    check_finite(a, "A", "a target whose reference firms hold no other firm has no peers: its row of A is zero "
+                 "(a softmax over no scores at all is nan)")
+    diagonal = torch.eye(n_t, n_r, dtype=torch.bool)
     for hint, variant in {
-        f"did you forget to divide the scores by √d_k = √{d_k}?": weights(k, 1.0),
-        f"divide the scores by √d_k = {math.sqrt(d_k):g}, not by d_k = {d_k}": weights(k, 1 / d_k),
+        "a firm is never its own peer: a target gives no weight to the reference firm with its own identifier":
+            weights(scale, None),
+        "the firm to leave out is the reference firm with the target's identifier, wherever it stands in X_r, "
+        "not the one at the target's own position i": weights(scale, diagonal),
+        "leave a target's own firm out before the softmax (score −∞), so that its weights over the other "
+        "firms still sum to 1; zeroing it afterwards leaves the row short of 1": weights(scale, after=True),
+        f"did you forget to divide the scores by √d_k = √{d_k}?": weights(1.0),
+        f"divide the scores by √d_k = {math.sqrt(d_k):g}, not by d_k = {d_k}": weights(1 / d_k),
         "the columns of A sum to 1, not the rows: the softmax runs over the reference firms (dim=-1), "
-        "each target distributes its attention over them": weights(k, 1 / math.sqrt(d_k), dim=-2),
+        "each target distributes its attention over them": weights(scale, dim=-2),
     }.items():
         if close(a, variant, atol, atol) and not close(a, expected_a, atol, atol):
             fail(hint, expected_a, a)
     if not close(a, expected_a, atol, atol):
-        fail(f"A differs from softmax((X_t W_Q)(X_r W_K)ᵀ/√d_k) (atol {atol})", expected_a, a)
+        fail(f"A differs from softmax((X_t W_Q)(X_r W_K)ᵀ/√d_k) over each target's other firms (atol {atol})",
+             expected_a, a)
     if z.shape == (n_t, X_r.shape[-1]) and close(z, expected_a @ X_r.numpy(), atol, atol) \
             and not close(z, expected_z, atol, atol):
         fail("Z averages the raw reference features X_r: the values are X_r W_V", expected_z, z)
@@ -121,35 +181,48 @@ def _cross_section_attention(case: dict, out: dict) -> None:
         fail(f"Z differs from A (X_r W_V) (atol {atol})", expected_z, z)
 
 
+def _grid(case: dict) -> str:
+    rows, (R, C) = case["patches"].shape[1] // case["cols"], case["pos"].shape[:2]
+    return f"a {rows} × {case['cols']} grid on positions learned for {R} × {C}"
+
+
 @judge("vit_tokens", compare=("tokens",), atol=1e-9, rtol=1e-9,
-       ok=lambda cases, outs: "ViT tokens: [CLS] at position 0, embedded patches, positions added: " + ", ".join(
-           str((c["patches"].shape[0], 1 + c["patches"].shape[1], c["W_E"].shape[1])) for c in cases))
+       ok=lambda cases, outs: "ViT tokens: [CLS] first with no position, each patch plus the position of its row "
+       "and column, for " + ", ".join(_grid(c) for c in cases))
 def _vit_tokens(case: dict, out: dict) -> None:
-    patches, W_E, cls, pos = (case[key] for key in ("patches", "W_E", "cls", "pos"))
+    patches, W_E, cls, pos, cols, what = (case[key] for key in ("patches", "W_E", "cls", "pos", "cols", "what"))
     atol = 1e-9
     b, L = patches.shape[:2]
+    rows, (R, C, d) = L // cols, pos.shape
     embedded = patches @ W_E
     cls_row = cls.expand(b, 1, -1)
-    expected = (torch.cat([cls_row, embedded], dim=1) + pos).numpy()
+    place = torch.arange(L)
+    own = pos[place // cols, place % cols]                             # (L, d): row a, column b of the grid
+    expected = torch.cat([cls_row, embedded + own], dim=1).numpy()
     got = as_array(out["tokens"], "vit_tokens")
-    if got.shape == (b, L, W_E.shape[1]):
-        fail("there is no [CLS] token: put cls in front of the patches, (b, 1 + L, d)", expected.shape, got.shape)
-    check_shape(got, expected.shape, "vit_tokens", "(b, 1 + L, d): [CLS] then the L patches")
+    if got.shape == (b, L, d):
+        fail(f"{what}: there is no [CLS] token: put cls in front of the patches, (b, 1 + L, d)",
+             expected.shape, got.shape)
+    check_shape(got, expected.shape, what, "(b, 1 + L, d): [CLS] then the L patches")
     variants = {
         "[CLS] is at the end: it goes in front, at position 0 (token 0 is read by the classifier)":
-            torch.cat([embedded, cls_row], dim=1) + pos,
-        "[CLS] is at the end and the positions follow it: [CLS] goes in front, at position 0":
-            torch.cat([embedded + pos[:L], cls_row + pos[L]], dim=1),
-        "the positions were added before [CLS] was put in front, so patch i got position i instead of "
-        "i + 1 and [CLS] none: concatenate first, then add pos (1 + L rows)":
-            torch.cat([cls_row, embedded + pos[:L]], dim=1),
-        "[CLS] got no position: pos has 1 + L rows, row 0 is [CLS]'s":
-            torch.cat([cls_row, embedded + pos[1:]], dim=1),
-        "the patches were not embedded: multiply them by W_E": None if patches.shape[-1] != W_E.shape[1]
-        else torch.cat([cls_row, patches], dim=1) + pos,
+            torch.cat([embedded + own, cls_row], dim=1),
+        "[CLS] got a position: it is not a patch and has no place in the grid, so nothing is added to it":
+            torch.cat([cls_row + pos[0, 0], embedded + own], dim=1),
+        "pos is a grid of R × C positions: the patch in row a, column b of these images takes pos[a, b]; the "
+        "first L vectors of the flattened grid belong to the first rows of the larger grid, whatever the "
+        "images' width": torch.cat([cls_row, embedded + pos.reshape(R * C, d)[:L]], dim=1),
+        "the patches come in row-major order, left to right and then top to bottom: consecutive tokens are "
+        "neighbours in a row, not in a column": torch.cat(
+            [cls_row, embedded + pos[place % rows, place // rows]], dim=1) if rows <= R and cols <= C else None,
+        "cols is the number of patches in a row: these images have L / cols rows of cols patches": torch.cat(
+            [cls_row, embedded + pos[place // rows, place % rows]], dim=1) if cols <= R and rows <= C else None,
+        "the patches were not embedded: multiply them by W_E": None if patches.shape[-1] != d
+        else torch.cat([cls_row, patches + own], dim=1),
     }
     for hint, variant in variants.items():
         if variant is not None and close(got, variant.numpy(), atol, atol) and not close(got, expected, atol, atol):
-            fail(hint, expected, got)
+            fail(f"{what}: {hint}", expected, got)
     if not close(got, expected, atol, atol):
-        fail(f"the tokens differ from [cls; patches @ W_E] + pos (atol {atol})", expected, got)
+        fail(f"{what}: the tokens differ from [cls; patches @ W_E + the positions of their places in the grid] "
+             f"(atol {atol})", expected, got)

@@ -1,5 +1,5 @@
 """Checks for the appendix exercises on attention in O(n) (Exercises 10.3 and 10.4):
-sliding-window attention in O(n·w) and linear attention in O(n).
+sliding-window attention in O(n·w) and causal linear attention with running sums in O(n).
 
 Above the judging line: what runs in the student's kernel (the inputs, visible and hidden, the
 calls of the student's functions and what the kernel must measure while they run: the work their
@@ -20,7 +20,7 @@ from torch.utils.flop_counter import flop_registry
 from .._calls import call
 from .._harness import draw, hidden_generator, randn, run_check, seeded
 
-__all__ = ["check_sliding_window", "check_linear_attention"]
+__all__ = ["check_sliding_window", "check_causal_linear_attention"]
 
 _ATTENTION = ("scaled_dot_product_attention", "multi_head_attention")
 _LINEAR_BANS = _ATTENTION + ("softmax",)
@@ -116,7 +116,7 @@ def _sized_case(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, g: torch.Gene
 
 
 _PRIMES = (23, 29, 31, 37, 41, 43, 47, 53, 59, 61)  # n and m: no product of the other axes equals them
-_LINEAR_WHAT = "linear_attention(Q, K, V)"
+_CAUSAL_WHAT = "causal_linear_attention(Q, K, V)"
 
 
 def check_sliding_window(fn: Callable, q: torch.Tensor | None = None, k: torch.Tensor | None = None,
@@ -127,12 +127,14 @@ def check_sliding_window(fn: Callable, q: torch.Tensor | None = None, k: torch.T
     if hidden:
         g = hidden_generator("sliding_window", hidden)
         cases = []
-        for dims, w_, scale in [(0, draw(g, 1, 5), 1.0), (1, 1, 2.0), (2, draw(g, 2, 5), 1.0)]:
+        for dims, w_, scale, kind in [(0, draw(g, 1, 5), 1.0, "unbatched, another window"),
+                                      (1, 1, 2.0, "one leading dimension, w = 1, larger queries and keys"),
+                                      (2, draw(g, 2, 5), 1.0, "two leading dimensions")]:
             lead = [draw(g, 1, 3) for _ in range(dims)]
             n, d_k, d_v = _PRIMES[draw(g, 0, len(_PRIMES) - 1)], draw(g, 2, 8), draw(g, 1, 8)
             case = _sized_case(randn(g, *lead, n, d_k, scale=scale), randn(g, *lead, n, d_k, scale=scale),
                                randn(g, *lead, n, d_v), g, f"sliding_window(Q, K, V, w={w_})", scale)
-            cases.append(dict(case, w=w_))
+            cases.append(dict(case, w=w_, inputs=kind))
     else:
         cases = [dict(_sized_case(seeded(66, 37, 4, scale=1.5) if q is None else q,
                                   seeded(67, 37, 4, scale=1.5) if k is None else k,
@@ -141,26 +143,30 @@ def check_sliding_window(fn: Callable, q: torch.Tensor | None = None, k: torch.T
     run_check("sliding_window", fn, cases, lambda f, c: _run_measured(f, c, _ATTENTION, c["w"]), hidden)
 
 
-def check_linear_attention(fn: Callable, q: torch.Tensor | None = None, k: torch.Tensor | None = None,
-                           v: torch.Tensor | None = None, hidden: int = 0) -> None:
-    """``fn(Q (…, n, d_k), K (…, m, d_k), V (…, m, d_v)) -> (…, n, d_v)`` with φ = elu + 1, in O(n):
-    equal to the quadratic form ``(φ(Q)φ(K)ᵀ / row sums) V`` without an n × m tensor, and with work
-    (counted at the dispatch level) that grows like n + m, not n·m. Chapter 10."""
+def check_causal_linear_attention(fn: Callable, q: torch.Tensor | None = None, k: torch.Tensor | None = None,
+                                  v: torch.Tensor | None = None, hidden: int = 0) -> None:
+    """``fn(Q (…, n, d_k), K (…, n, d_k), V (…, n, d_v)) -> (…, n, d_v)``: linear attention with
+    φ = elu + 1 in which query i sees the keys j ≤ i, equal to the masked quadratic form without an
+    n × n tensor, and with work (counted at the dispatch level) that grows like n, not n². Chapter 10."""
     if hidden:
-        g = hidden_generator("linear_attention", hidden)
+        g = hidden_generator("causal_linear_attention", hidden)
         cases = []
-        for dims, scale in [(0, 1.0), (1, 1.0), (2, 3.0)]:
-            lead = [draw(g, 1, 3) for _ in range(dims)]
-            i = draw(g, 0, len(_PRIMES) - 1)
-            n, m = _PRIMES[i], _PRIMES[(i + draw(g, 1, len(_PRIMES) - 1)) % len(_PRIMES)]
-            d_k, d_v = draw(g, 2, 8), draw(g, 1, 8)
-            cases.append(_sized_case(randn(g, *lead, n, d_k, scale=scale), randn(g, *lead, m, d_k, scale=scale),
-                                     randn(g, *lead, m, d_v), g, _LINEAR_WHAT, scale))
+        for dims, d_k, scale, kind in [(0, 1, 1.0, "one key dimension, d_k = 1"),
+                                       (1, draw(g, 2, 8), 1.0, "one leading dimension"),
+                                       (2, draw(g, 2, 8), 3.0, "two leading dimensions, large queries and keys")]:
+            lead = [draw(g, 2, 3) for _ in range(dims)]
+            n, d_v = _PRIMES[draw(g, 0, len(_PRIMES) - 1)], draw(g, 1, 8)
+            case = _sized_case(randn(g, *lead, n, d_k, scale=scale), randn(g, *lead, n, d_k, scale=scale),
+                               randn(g, *lead, n, d_v), g, _CAUSAL_WHAT, scale)
+            cases.append(dict(case, inputs=kind))
+    elif q is not None:
+        cases = [_sized_case(q, k, v, None, _CAUSAL_WHAT)]
     else:
-        cases = [_sized_case(seeded(60, 48, 4, scale=1.5) if q is None else q,
-                             seeded(61, 64, 4, scale=1.5) if k is None else k,
-                             seeded(62, 64, 3) if v is None else v, None, _LINEAR_WHAT)]
-    run_check("linear_attention", fn, cases, lambda f, c: _run_measured(f, c, _LINEAR_BANS), hidden)
+        cases = [_sized_case(seeded(60, 53, 4, scale=1.5), seeded(61, 53, 4, scale=1.5), seeded(62, 53, 3), None,
+                             _CAUSAL_WHAT),
+                 _sized_case(seeded(69, 2, 3, 29, 5, scale=1.5), seeded(70, 2, 3, 29, 5, scale=1.5),
+                             seeded(71, 2, 3, 29, 2), None, _CAUSAL_WHAT)]
+    run_check("causal_linear_attention", fn, cases, lambda f, c: _run_measured(f, c, _LINEAR_BANS), hidden)
 
 
 # ==== judging: runs in the grader, never loaded into a graded kernel ====
@@ -188,14 +194,24 @@ def _elu1(x: torch.Tensor) -> torch.Tensor:
     return torch.where(x > 0, x + 1, torch.exp(x))
 
 
-def _form(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, phi: Callable[[torch.Tensor], torch.Tensor],
-          normalise: bool = True, dim: int = -1) -> np.ndarray:
-    """The quadratic form (φ(Q)φ(K)ᵀ / sums) V."""
+def _form(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, phi: Callable[[torch.Tensor], torch.Tensor], *,
+          seen: str = "j <= i", normaliser: str | None = None, dim: int = -1) -> np.ndarray:
+    """The quadratic form (φ(Q)φ(K)ᵀ masked / sums) V: query i over the keys ``seen`` ("j <= i", "j < i",
+    "j >= i" or "all"), each row divided by its sum over the keys ``normaliser`` sees (the same keys if
+    None, no division if "none"; over the queries with ``dim=-2``)."""
+    n, m = q.shape[-2], k.shape[-2]
+    i, j = torch.arange(n)[:, None], torch.arange(m)[None, :]
+    masks = {"j <= i": j <= i, "j < i": j < i, "j >= i": j >= i, "all": (j >= 0) & (i >= 0)}
     kernel = phi(q) @ phi(k).transpose(-2, -1)
-    return ((kernel / kernel.sum(dim, keepdim=True) if normalise else kernel) @ v).numpy()
+    numerator = kernel * masks[seen]
+    normaliser = seen if normaliser is None else normaliser
+    if normaliser == "none":
+        return (numerator @ v).numpy()
+    return (numerator / (kernel * masks[normaliser]).sum(dim, keepdim=True) @ v).numpy()
 
 
-def _work_verdict(case: dict, out: dict, matrix: str, fix: str, inside_hint: str) -> None:
+def _work_verdict(case: dict, out: dict, matrix: str, fix: str, inside_hint: str,
+                  loop: str = "A loop over the queries still compares each query with every key.") -> None:
     """Fail a function that leaves torch, builds an n × m tensor (``matrix`` names it), or does work
     that grows like n·m, or not at all, from the case's smaller size to its larger one (``fix``
     says what to do instead)."""
@@ -215,7 +231,7 @@ def _work_verdict(case: dict, out: dict, matrix: str, fix: str, inside_hint: str
     linear, quadratic = (n2 + m2) / (n1 + m1), (n2 * m2) / (n1 * m1)
     growth = work[1] / max(1, work[0])
     if growth > math.sqrt(linear * quadratic):   # O(n) grows like n + m, O(n·m) like n·m
-        how = built or " A loop over the queries still compares each query with every key."
+        how = built or " " + loop
         raise CheckFailed(f"{what} does O(n·m) work: with {n2 / n1:g} times more queries and keys its torch "
                           f"operations did {growth:.0f} times more work ({linear:g} times for O(n), {quadratic:g} for "
                           f"O(n·m)).{how} {fix[0].upper() + fix[1:]}.")
@@ -284,40 +300,50 @@ def _sliding_window(case: dict, out: dict) -> None:
             fail(f"{what} differs from softmax attention masked to |i − j| ≤ w (atol 1e-9)", expected, got)
 
 
-def _linear_ok(cases: list[dict], outs: list[dict]) -> str:
-    shapes = ", ".join(f"Q {tuple(c['q'].shape)}, K {tuple(c['k'].shape)}, V {tuple(c['v'].shape)}" for c in cases)
-    return (f"linear attention for {shapes} equals the quadratic form (rtol 1e-7) without building an n × m "
-            f"tensor; with 4 times the queries and keys its work grows {_growth(outs)}-fold (4 for O(n), 16 for "
-            "O(n·m))")
+def _causal_ok(cases: list[dict], outs: list[dict]) -> str:
+    shapes = ", ".join(f"Q, K {tuple(c['q'].shape)}, V {tuple(c['v'].shape)}" for c in cases)
+    return (f"causal linear attention for {shapes} equals the masked quadratic form, query i over the keys "
+            f"j ≤ i (rtol 1e-7), without an n × n tensor; with 4 times the tokens its work grows "
+            f"{_growth(outs)}-fold (4 for O(n), 16 for O(n²))")
 
 
-@judge("linear_attention", compare=("Z", "Z2"), atol=1e-9, rtol=1e-7, bans=_LINEAR_BANS, ok=_linear_ok)
-def _linear_attention(case: dict, out: dict) -> None:
+@judge("causal_linear_attention", compare=("Z", "Z2"), atol=1e-9, rtol=1e-7, bans=_LINEAR_BANS, ok=_causal_ok)
+def _causal_linear_attention(case: dict, out: dict) -> None:
     what, atol, rtol = case["what"], 1e-9, 1e-7
-    _work_verdict(case, out, "the n × m matrix φ(Q)φ(K)ᵀ that linear attention avoids",
-                  "compute φ(K)ᵀV (d_k × d_v) and Σ_j φ(k_j) once, then one product per query",
-                  ": a torch.einsum of three operands, for one, contracts two of them at a time, left to right, "
-                  "through φ(Q)φ(K)ᵀ; contract φ(K) with V first.")
+    _work_verdict(case, out, "the n × n matrix φ(Q)φ(K)ᵀ that running sums avoid",
+                  "keep the sums over the keys so far, Σ_{j ≤ i} φ(k_j)v_jᵀ and Σ_{j ≤ i} φ(k_j), and extend "
+                  "them by one key per position instead of building them anew",
+                  ": a torch.einsum of three operands contracts two of them at a time, left to right.",
+                  loop="A loop over the positions still sums every earlier key again for each query.")
     for size in ("", "2"):
         q, k, v = case["q" + size], case["k" + size], case["v" + size]
         expected = _form(q, k, v, _elu1)
-        got = as_array(out["Z" + size], "linear_attention")
-        check_shape(got, expected.shape, what, "one row per query, d_v columns: (…, n, d_v)")
-        check_finite(got, what, "the normaliser φ(q_i)ᵀ Σ_j φ(k_j) vanished for some query: φ must be elu(x) + 1, "
-                     "which is always positive, not relu(x) or elu(x) without the + 1")
+        got = as_array(out["Z" + size], what)
+        on = f"{what} for Q of shape {tuple(q.shape)}"
+        check_shape(got, expected.shape, on, "one row per query, d_v columns: (…, n, d_v)")
+        check_finite(got, on, "the normaliser φ(q_i)ᵀ Σ_{j ≤ i} φ(k_j) vanished for some query i. The sums "
+                     "include key i itself (query 0 sees key 0), and φ = elu(x) + 1 is positive, unlike "
+                     "relu(x) or elu(x)")
         for hint, variant in {
+            "query i may see only the keys j ≤ i: the sums run over the keys up to position i, not over all "
+            "of them (that is linear attention without the causal mask)": lambda: _form(q, k, v, _elu1, seen="all"),
+            "query i sees the keys before it, j ≤ i, not the ones after it": lambda: _form(q, k, v, _elu1,
+                                                                                           seen="j >= i"),
+            "the normaliser sums over the same keys as the numerator, j ≤ i, not over all of them":
+                lambda: _form(q, k, v, _elu1, normaliser="all"),
+            "divide by the normaliser φ(q_i)ᵀ Σ_{j ≤ i} φ(k_j): the weights of each query must sum to 1":
+                lambda: _form(q, k, v, _elu1, normaliser="none"),
+            "the normaliser sums over the keys, one number per query, not over the queries":
+                lambda: _form(q, k, v, _elu1, dim=-2),
             "φ must be elu(x) + 1: without the + 1 the features can be negative": lambda: _form(q, k, v, F.elu),
             "φ must be elu(x) + 1, not relu(x)": lambda: _form(q, k, v, F.relu),
-            "φ must be elu(x) + 1, not exp(x) (that is softmax attention without the scale)":
+            "φ must be elu(x) + 1, not exp(x) (that is causal softmax attention without the scale)":
                 lambda: _form(q, k, v, torch.exp),
-            "divide by the normaliser φ(q_i)ᵀ Σ_j φ(k_j): the weights of each query must sum to 1":
-                lambda: _form(q, k, v, _elu1, normalise=False),
-            "the normaliser sums over the keys (Σ_j φ(k_j)), one number per query, not over the queries":
-                lambda: _form(q, k, v, _elu1, dim=-2),
         }.items():
             variant = variant()
             if close(got, variant, atol, rtol) and not close(got, expected, atol, rtol):
-                fail(hint, expected, got)
+                fail(f"{on}: {hint}", expected, got)
         if not close(got, expected, atol, rtol):
-            fail(f"linear attention differs from (φ(Q)φ(K)ᵀ / row sums) V with φ = elu + 1 (atol {atol}, "
-                 f"rtol {rtol})", expected, got)
+            lead = " (the leading dimensions are a batch: sum over the positions, axis -2, only)" if q.dim() > 2 else ""
+            fail(f"{on} differs from the masked quadratic form (φ(Q)φ(K)ᵀ, keys j ≤ i, / row sums) V with "
+                 f"φ = elu + 1 (atol {atol}, rtol {rtol}){lead}", expected, got)
