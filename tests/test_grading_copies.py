@@ -73,7 +73,7 @@ def library_lines() -> set[str]:
 
 
 # The exercises rewritten as transfers: not one of their solution lines appears in the chapter or the library.
-TRANSFERS = {"07_causal_masking": ["find_head#0"],
+TRANSFERS = {"05_multi_head_attention": ["gqa_counts#1"], "07_causal_masking": ["find_head#0"],
              "appendix_tokens": ["merge_step#0", "pair_changes#0"]}
 
 
