@@ -76,7 +76,8 @@ def copied(stem: str, seen: frozenset[str] | None = None) -> dict[str, list[str]
 
 
 # The exercises rewritten as transfers: not one of their solution lines appears in the chapter or the library.
-TRANSFERS = {"appendix_tokens": ["merge_step#0"],
+TRANSFERS = {"05_multi_head_attention": ["gqa_counts#1"], "07_causal_masking": ["find_head#0"],
+             "appendix_tokens": ["merge_step#0", "pair_changes#0"],
              "appendix_beyond_words": ["cross_section_attention#0", "vit_tokens#0", "sliding_window#0",
                                        "causal_linear_attention#0"]}
 # Solutions known to retype the library, each to be rewritten as a transfer (then taken off this list).

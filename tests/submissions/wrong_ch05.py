@@ -19,6 +19,23 @@ def _gqa(j: str = "i // group", out: str = "torch.cat(outputs, dim=-1) @ W_O") -
     return _GQA_LOOP.format(j=j, out=out)
 
 
+_CONTEXT = """
+            per = {numbers} * {kv} * (d // h) * {size}
+            filled = n_layers * window * per
+            if {inside}:
+                return {first}
+            return window + {rest}
+            """
+_CONTEXT_RIGHT = dict(numbers="2", kv="n_kv", size="bytes_per_number", inside="budget_bytes < filled",
+                      first="budget_bytes {div} (n_layers * per)", rest="(budget_bytes - filled) {div} (n_global * per)")
+
+
+def _context(div: str = "//", **wrong: str) -> dict[str, str]:
+    """5.3b's longest_context with one part written another way."""
+    parts = {**_CONTEXT_RIGHT, **wrong}
+    return {"gqa_counts#1": _CONTEXT.format(**{k: v.replace("{div}", div) for k, v in parts.items()})}
+
+
 WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
     "05_multi_head_attention": {
         "split copies the heads with torch.stack of slices": ({"split_qkv": """
@@ -183,24 +200,26 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
                 z.transpose(0, 1).reshape(n, d) @ torch.empty(d, d)
             return counter.get_total_flops()
             """}, {"check_gqa_flops"}, "calls torch ("),
-        "longest context without the values": ({"gqa_counts#1": """
-            return budget_bytes // (n_layers * n_kv * (d // h) * bytes_per_number)
-            """}, {"check_longest_context"}, "keys and values"),
-        "longest context of a multi-head cache": ({"gqa_counts#1": """
-            return budget_bytes // (2 * n_layers * d * bytes_per_number)
-            """}, {"check_longest_context"}, "only g key/value heads are cached"),
-        "longest context of one layer": ({"gqa_counts#1": """
-            return budget_bytes // (2 * n_kv * (d // h) * bytes_per_number)
-            """}, {"check_longest_context"}, "every layer keeps its own cache"),
-        "longest context not rounded down": ({"gqa_counts#1": """
-            return budget_bytes / (2 * n_layers * n_kv * (d // h) * bytes_per_number)
-            """}, {"check_longest_context"}, "must be a whole number"),
-        "longest context rounded up": ({"gqa_counts#1": """
+        "longest context: the one division of chapter 5's cache size (the copy that passed before)": (
+            {"gqa_counts#1": """
             per_token = 2 * n_layers * n_kv * (d // h) * bytes_per_number
-            return -(-budget_bytes // per_token)
-            """}, {"check_longest_context"}, "round down"),
-        "longest context as a torch tensor": ({"gqa_counts#1": """
-            return torch.tensor(budget_bytes) // (2 * n_layers * n_kv * (d // h) * bytes_per_number)
-            """}, {"check_longest_context"}, "calls torch (tensor)"),
+            return budget_bytes // per_token
+            """}, {"check_longest_context"}, "keeps the last window tokens only"),
+        "longest context without the values": (_context(numbers="1"), {"check_longest_context"}, "keys and values"),
+        "longest context of a multi-head cache": (_context(kv="h"), {"check_longest_context"},
+                                                  "only g key/value heads are cached"),
+        "longest context with one byte a number": (_context(size="1"), {"check_longest_context"},
+                                                   "the budget is in bytes"),
+        "longest context with nothing cached in the sliding-window layers": ({"gqa_counts#1": """
+            return budget_bytes // (n_global * 2 * n_kv * (d // h) * bytes_per_number)
+            """}, {"check_longest_context"}, "still caches its last window tokens"),
+        "longest context past the window even when the budget runs out inside it": (
+            _context(inside="False"), {"check_longest_context"}, "before the window fills"),
+        "longest context not rounded down": (_context(div="/"), {"check_longest_context"}, "must be a whole number"),
+        "longest context rounded up": (_context(first="-(-budget_bytes // (n_layers * per))",
+                                                rest="-(-(budget_bytes - filled) // (n_global * per))"),
+                                       {"check_longest_context"}, "round down"),
+        "longest context as a torch tensor": (_context(first="torch.tensor(budget_bytes) // (n_layers * per)"),
+                                              {"check_longest_context"}, "calls torch (tensor)"),
     },
 }

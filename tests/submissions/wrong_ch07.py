@@ -50,33 +50,76 @@ _HISTORY = """
     return z, {caches}
     """
 
-_PATCH = """
-    attn = model.blocks[layer].attn
-    d_k = attn.out_proj.in_features // attn.n_heads
-    cols = slice({head} * d_k, ({head} + 1) * d_k)
-    rows = {positions}
-    seen = {{}}
-
-    def record(module, args):
-        seen["clean"] = args[0].clone()
-
-    def swap(module, args):
-        z = args[0].clone()
-        z[:, rows, cols] = seen["clean"][:, rows, cols]
-        return (z,)
-
+_FIND = """
+    n_layers, n_heads = len(model.blocks), model.blocks[0].attn.n_heads
+    fractions = torch.zeros(n_layers, n_heads, dtype=torch.float64)
     with torch.no_grad():
-        handle = attn.out_proj.register_forward_pre_hook(record)
-        clean = metric(model(clean_ids))
-        handle.remove()
         corrupted = metric(model(corrupted_ids))
-        handle = attn.out_proj.register_forward_pre_hook(swap)
-        patched = metric(model(corrupted_ids))
-        {remove}
-    return {result}
+        for layer in range(n_layers):
+            attn = model.blocks[layer].attn
+            d_k = attn.out_proj.in_features // n_heads
+            seen = {{}}
+
+            def record(module, args):
+                seen["clean"] = args[0].clone()
+
+            handle = attn.out_proj.register_forward_pre_hook(record)
+            clean = metric(model(clean_ids))
+            handle.remove()
+            for head in range(n_heads):
+                cols = {cols}
+                rows = {rows}
+
+                def swap(module, args, cols=cols, rows=rows):
+                    z = args[0].clone()
+                    z[:, rows, cols] = seen["clean"][:, rows, cols]
+                    return (z,)
+
+                handle = attn.out_proj.register_forward_pre_hook(swap)
+                patched = metric(model({patched_input}))
+                {remove}
+                fractions[layer, head] = {result}
+    return {best}, {table}
     """
-_RIGHT = dict(head="head", positions="positions", remove="handle.remove()",
-              result="(patched - corrupted) / (clean - corrupted)")
+_FOUND = dict(cols="slice(head * d_k, (head + 1) * d_k)", rows="positions", patched_input="corrupted_ids",
+              remove="handle.remove()", result="(patched - corrupted) / (clean - corrupted)",
+              best="divmod(int(fractions.argmax()), n_heads)", table="fractions")
+# the solution of the exercise before it asked for the head: the chapter's patch re-pointed at one given head
+_ONE_HEAD = """
+    layer, head = 0, 0
+    attn = model.blocks[layer].attn
+    width = attn.out_proj.in_features // attn.n_heads
+    lo, hi = head * width, (head + 1) * width
+    stored = []
+
+    def run(ids, replace):
+        def hook(module, args):
+            heads_side_by_side = args[0]
+            if not replace:
+                stored.append(heads_side_by_side.detach().clone())
+                return None
+            new = heads_side_by_side.clone()
+            new[:, positions, lo:hi] = stored[0][:, positions, lo:hi]
+            return (new,)
+
+        handle = attn.out_proj.register_forward_pre_hook(hook)
+        try:
+            with torch.no_grad():
+                return metric(model(ids))
+        finally:
+            handle.remove()
+
+    clean_value = run(clean_ids, replace=False)
+    with torch.no_grad():
+        corrupted_value = metric(model(corrupted_ids))
+    patched_value = run(corrupted_ids, replace=True)
+    return (patched_value - corrupted_value) / (clean_value - corrupted_value)
+"""
+
+
+def _find(**wrong: str) -> dict[str, str]:
+    return {"find_head": _FIND.format(**{**_FOUND, **wrong})}
+
 
 WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
     "07_causal_masking": {
@@ -183,25 +226,32 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
             q, k, v = project(x_t)
             return q, K_cache, V_cache
             """}, {"check_gqa_step"}, "did you append the new key"),
-        "patching: the next head": ({"patch_head": _PATCH.format(**{**_RIGHT, "head": "((head + 1) % attn.n_heads)"})},
-                                    {"check_patch_head"}, "head h is the d_k columns"),
-        "patching: the position before each one given": ({"patch_head": _PATCH.format(
-            **{**_RIGHT, "positions": "[p - 1 for p in positions]"})}, {"check_patch_head"}, "one to the left"),
-        "patching: the recovered fraction from the clean end": ({"patch_head": _PATCH.format(
-            **{**_RIGHT, "result": "(clean - patched) / (clean - corrupted)"})}, {"check_patch_head"},
-            "measured from the wrong end"),
-        "patching: every position": ({"patch_head": _PATCH.format(**{**_RIGHT, "positions": "slice(None)"})},
-                                     {"check_patch_head"}, "patches every position"),
-        "patching: every head of the layer": ({"patch_head": _PATCH.format(
-            **{**_RIGHT, "head": "0"}).replace("cols = slice(0 * d_k, (0 + 1) * d_k)", "cols = slice(None)")},
-            {"check_patch_head"}, "patches every head"),
-        "patching: the hook left in place": ({"patch_head": _PATCH.format(**{**_RIGHT, "remove": "pass"})},
-                                             {"check_patch_head"}, "remove the hook"),
-        "patching: the corrupted head run on the clean input": ({"patch_head": _PATCH.format(**_RIGHT).replace(
-            "handle = attn.out_proj.register_forward_pre_hook(record)\n        clean = metric(model(clean_ids))",
-            "handle = attn.out_proj.register_forward_pre_hook(record)\n        model(corrupted_ids)\n"
-            "        handle.remove()\n        clean = metric(model(clean_ids))").replace(
-            "patched = metric(model(corrupted_ids))", "patched = metric(model(clean_ids))")},
-            {"check_patch_head"}, "runs the clean input with the corrupted run's head"),
+        "find head: one given head patched (the copy that passed before)": ({"find_head": _ONE_HEAD},
+                                                                             {"check_find_head"}, "must return a pair"),
+        "find head: the next head's columns": (_find(cols="slice((head + 1) % n_heads * d_k, ((head + 1) % n_heads + 1) * d_k)"),
+                                              {"check_find_head"}, "head h is the d_k columns"),
+        "find head: the position before each one given": (_find(rows="[p - 1 for p in positions]"),
+                                                         {"check_find_head"}, "one to the left"),
+        "find head: the recovered fraction from the clean end": (_find(result="(clean - patched) / (clean - corrupted)"),
+                                                                {"check_find_head"}, "measured from the wrong end"),
+        "find head: every position": (_find(rows="slice(None)"), {"check_find_head"}, "patches every position"),
+        "find head: every head of the layer": (_find(cols="slice(None)"), {"check_find_head"}, "patches every head"),
+        "find head: the last hook left in place": (_find(
+            remove="handle.remove() if (layer, head) != (n_layers - 1, n_heads - 1) else None"),
+            {"check_find_head"}, "remove each hook"),
+        "find head: the corrupted head run on the clean input": ({"find_head": _FIND.format(**{
+            **_FOUND, "patched_input": "clean_ids"}).replace(
+            "handle = attn.out_proj.register_forward_pre_hook(record)\n            clean = metric(model(clean_ids))",
+            "handle = attn.out_proj.register_forward_pre_hook(record)\n            model(corrupted_ids)\n"
+            "            handle.remove()\n            clean = metric(model(clean_ids))")},
+            {"check_find_head"}, "runs the clean input with the corrupted run's head"),
+        "find head: the largest fraction in size": (_find(best="divmod(int(fractions.abs().argmax()), n_heads)"),
+                                                   {"check_find_head"}, "not the smallest nor the largest in size"),
+        "find head: the smallest fraction": (_find(best="divmod(int(fractions.argmin()), n_heads)"),
+                                            {"check_find_head"}, "not the smallest nor the largest in size"),
+        "find head: the head as (head, layer)": (_find(best="divmod(int(fractions.argmax()), n_heads)[::-1]"),
+                                                {"check_find_head"}, "blocks first"),
+        "find head: the table indexed [head, layer]": (_find(table="fractions.T"), {"check_find_head"},
+                                                      "indexed [layer, head]"),
     },
 }

@@ -40,6 +40,31 @@ _MERGED = """
             i += 1
 """
 
+_UPDATE = """
+    a, b = pair
+    ab = a + b
+    starts = set()
+    for w, i in at:
+        if (w, i - 1) not in starts:
+            starts.add((w, i))
+    changes = Counter()
+    for w, i in starts:
+        word, f = words[w], counts[w]
+        changes[pair] -= f
+        if i > 0 and (w, i - 2) not in starts:
+            x = word[i - 1]
+            changes[x, a] -= f
+            changes[x, ab] += f
+        if (w, i + 2) in starts:
+            changes[b, a] -= f
+            changes[ab, ab] += f
+        elif i + 2 < len(word):
+            y = word[i + 2]
+            changes[b, y] -= f
+            changes[ab, y] += f
+    return {p: k for p, k in changes.items() if k}
+"""
+
 WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
     "appendix_tokens": {
         "merge step: ties to the smaller pair": ({"merge_step": """
@@ -103,39 +128,43 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
     from transformer_lib.bpe import train_bpe
     return train_bpe("".join(words[0]), 257)
 """}, _MERGE, "the course library"),
-        "pair changes: the signs flipped": ({"pair_changes": _MERGED + """
-    changes = Counter(zip(word, word[1:]))
-    changes.subtract(Counter(zip(merged, merged[1:])))
-    return dict(changes)
-"""}, _CHANGES, "the signs are flipped"),
-        "pair changes: each occurrence on its own": ({"pair_changes": """
-    a, b = pair
-    changes, i = Counter(), 0
-    while i + 1 < len(word):
-        if (word[i], word[i + 1]) == pair:
-            changes[pair] -= 1
-            if i > 0:
-                changes[word[i - 1], a] -= 1
-                changes[word[i - 1], a + b] += 1
-            if i + 2 < len(word):
-                changes[b, word[i + 2]] -= 1
-                changes[a + b, word[i + 2]] += 1
-            i += 2
-        else:
-            i += 1
-    return dict(changes)
-"""}, _CHANGES, "side by side"),
-        "pair changes: the pair loses one per merge in a run": ({"pair_changes": _MERGED + """
-    changes = Counter(zip(merged, merged[1:]))
-    changes.subtract(Counter(zip(word, word[1:])))
-    changes[pair] = -merged.count(pair[0] + pair[1])
-    return dict(changes)
-"""}, _CHANGES, "the merged pair itself"),
-        "pair changes: the counts of the merged word, not the changes": ({"pair_changes": _MERGED + """
-    return dict(Counter(zip(merged, merged[1:])))
-"""}, _CHANGES, "the changes are not right"),
-        "pair changes: a list of pairs": ({"pair_changes": _MERGED + """
-    return list(zip(merged, merged[1:]))
+        "pair changes: merge, recount every word and subtract (the solution that passed before)": (
+            {"pair_changes": """
+    changes = Counter()
+    for word, f in zip(words, counts):
+        word = list(word)
+""" + _MERGED.replace("\n    ", "\n        ") + """
+        for p in zip(merged, merged[1:]):
+            changes[p] += f
+        for p in zip(word, word[1:]):
+            changes[p] -= f
+    return {p: k for p, k in changes.items() if k}
+"""}, _CHANGES, "in proportion to the corpus"),
+        "pair changes: recount only the words that hold the pair": ({"pair_changes": """
+    changes = Counter()
+    for w in sorted({w for w, _ in at}):
+        word, f = list(words[w]), counts[w]
+""" + _MERGED.replace("\n    ", "\n        ") + """
+        for p in zip(merged, merged[1:]):
+            changes[p] += f
+        for p in zip(word, word[1:]):
+            changes[p] -= f
+    return {p: k for p, k in changes.items() if k}
+"""}, _CHANGES, "in proportion to the corpus"),
+        "pair changes: the signs flipped": ({"pair_changes": _UPDATE.replace("-= f", "+= F").replace(
+            "+= f", "-= f").replace("+= F", "+= f")}, _CHANGES, "the signs are flipped"),
+        "pair changes: counts ignored": ({"pair_changes": _UPDATE.replace("f = words[w], counts[w]", "f = words[w], 1")},
+                                         _CHANGES, "multiply its changes by counts[w]"),
+        "pair changes: each occurrence on its own": ({"pair_changes": _UPDATE.replace(
+            "if i > 0 and (w, i - 2) not in starts:", "if i > 0:").replace("if (w, i + 2) in starts:", "if False:")},
+            _CHANGES, "side by side"),
+        "pair changes: every listed place merged, also the overlapping ones of a run": ({"pair_changes": _UPDATE.replace(
+            "if (w, i - 1) not in starts:", "if True:")}, _CHANGES, "overlap"),
+        "pair changes: the symbol before an occurrence at the start of a word read as words[w][-1]": (
+            {"pair_changes": _UPDATE.replace("if i > 0 and (w, i - 2)", "if (w, i - 2)")}, _CHANGES,
+            "no symbol before it"),
+        "pair changes: a list of pairs": ({"pair_changes": """
+    return [tuple(p) for w, i in at for p in [(words[w][i], words[w][i + 1])]]
 """}, _CHANGES, "must return a dict"),
         "stream decode: each token on its own": ({"stream_decode": """
     return [bytes(token).decode("utf-8", errors="replace") for token in tokens]

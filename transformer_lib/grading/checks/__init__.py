@@ -31,5 +31,6 @@ from .ch08_moe import *  # noqa: F403
 from .ch09_counting import *  # noqa: F403
 from .ch10_beyond_words import *  # noqa: F403
 from .ch10_efficient import *  # noqa: F403
+from .ch11_pairs import *  # noqa: F403
 from .ch11_tokens import *  # noqa: F403
 from .ch12_scaling import *  # noqa: F403

@@ -171,8 +171,10 @@ def _check_counts(name: str, fn: Callable, cases: list[tuple[int, ...]], hidden:
         d = case[1] if name == "gqa_flops" else case[2]
         if d % h or h % n_kv:
             raise ValueError(f"cases: expected h | d and n_kv | h, got {case}")
-    run_check(name, fn, [dict(args=list(c), what=f"{name}({', '.join(map(str, c))})") for c in cases],
-              _run_count, hidden)
+    kinds = [c[-1] if isinstance(c[-1], str) else "" for c in cases]
+    cases = [c[:-1] if isinstance(c[-1], str) else c for c in cases]
+    run_check(name, fn, [dict(args=list(c), what=f"{name}({', '.join(map(str, c))})", inputs=kind)
+                         for c, kind in zip(cases, kinds)], _run_count, hidden)
 
 
 def _shapes(g: torch.Generator) -> list[tuple[int, int, int]]:
@@ -193,14 +195,24 @@ def check_gqa_flops(fn: Callable, cases: list[tuple[int, int, int, int]] | None 
 
 
 def check_longest_context(fn: Callable, cases: list[tuple[int, ...]] | None = None, hidden: int = 0) -> None:
-    """``fn(budget_bytes, n_layers, d, h, n_kv, bytes_per_number)`` = the most tokens whose KV cache
-    (keys and values of every layer) fits in ``budget_bytes``. Chapter 5."""
+    """``fn(budget_bytes, n_layers, d, h, n_kv, bytes_per_number, window, n_global)`` = the most tokens
+    whose KV cache fits in ``budget_bytes``: ``n_global`` layers cache the keys and values of every
+    token, the other ``n_layers − n_global`` (sliding-window layers) those of the last ``window``
+    tokens at most. Chapter 5."""
     if hidden:
         g = hidden_generator("longest_context", hidden)
-        cases = [(draw(g, 10**6, 2**36), draw(g, 1, 96), d, h, n_kv, (2, 4, 1)[i % 3])
-                 for i, (d, h, n_kv) in enumerate(_shapes(g)[:3])]
-        cases[0] = (cases[0][0] | 1, *cases[0][1:])  # an odd budget: the division is never exact
-    visible = [(80 * 2**30, 80, 8192, 64, 8, 2), (10**9 + 7, 24, 2048, 16, 4, 4)]   # the second never divides exactly
+        (d, h, n_kv), (d1, h1, _), (d2, h2, g2) = _shapes(g)[:3]
+        layers, window = 2 * draw(g, 2, 24), 2 ** draw(g, 8, 13)
+        per_layer = 2 * n_kv * (d // h) * 2 * window          # bytes of one full window, 16-bit numbers
+        cases = [((layers * per_layer * draw(g, 2, 64)) | 1, layers, d, h, n_kv, 2, window, layers // 2),
+                 (per_layer * draw(g, layers // 4, layers - 1) - 1, layers, d, h, n_kv, 2, window, layers // 2),
+                 (draw(g, 10**9, 2**36), draw(g, 2, 96), d1, h1, 1, 1, 2 ** draw(g, 6, 12), 1),
+                 (draw(g, 10**8, 2**34), 12, d2, h2, g2, 4, 2 ** draw(g, 6, 12), 12)]
+        kinds = ["half the layers sliding, the window filled", "a budget that runs out before the window fills",
+                 "one global layer, 8-bit numbers, one key/value head", "no sliding-window layer, 32-bit numbers"]
+        cases = [c + (kind,) for c, kind in zip(cases, kinds)]
+    visible = [(10**8 + 7, 32, 2048, 16, 2, 4, 8192, 2, ""),           # 32-bit; the budget ends inside the window
+               (24 * 2**30 + 1, 48, 4096, 32, 4, 2, 4096, 24, "")]     # every second layer slides; odd budget
     _check_counts("longest_context", fn, visible if cases is None else cases, hidden)
 
 
@@ -420,30 +432,47 @@ judge("gqa_flops", compare=("value",),
                                                                                               no_out_proj=True)}))
 
 
-def _cache_bytes_per_token(layers: int, d: int, h: int, n_kv: int, size: int) -> int:
-    """Bytes the KV cache holds per token: keys and values, g heads of width d_k, every layer."""
-    return 2 * layers * n_kv * (d // h) * size
+def _cache_bytes(n: int, layers: int, d: int, h: int, n_kv: int, size: int, window: int, n_global: int,
+                 numbers: int = 2) -> int:
+    """Bytes of the KV cache after ``n`` tokens: keys and values (``numbers``), g heads of width d_k,
+    every token in the global layers, the last ``window`` tokens in the others."""
+    return numbers * n_kv * (d // h) * size * (n_global * n + (layers - n_global) * min(n, window))
 
 
-def _longest(budget: int, layers: int, d: int, h: int, n_kv: int, size: int) -> int:
-    """The largest n with n · (bytes per token) ≤ budget, found by comparing two whole numbers."""
-    per_token = _cache_bytes_per_token(layers, d, h, n_kv, size)
-    n = budget // per_token
-    assert n * per_token <= budget < (n + 1) * per_token
+def _longest(budget: int, layers: int, d: int, h: int, n_kv: int, size: int, window: int, n_global: int,
+             numbers: int = 2) -> int:
+    """The largest n with cache(n) ≤ budget: every layer grows up to the window, then the global ones
+    only; checked by comparing two whole numbers."""
+    shape = (layers, d, h, n_kv, size, window, n_global, numbers)
+    per, full = _cache_bytes(1, *shape) // layers, _cache_bytes(window, *shape)
+    n = window + (budget - full) // (per * n_global) if budget >= full else budget // (per * layers)
+    assert _cache_bytes(n, *shape) <= budget < _cache_bytes(n + 1, *shape)
     return n
 
 
-judge("longest_context", compare=("value",),
-      ok=_ok_counts("longest_context: ⌊budget / (2·L·g·d_k·bytes)⌋ tokens",
-                    "(budget, L, d, h, g, bytes)"))(
+def _context_ok(cases: list[dict], outs: list[dict]) -> str:
+    """The ✓ line: the regimes the cases held (past the window or inside it)."""
+    past = [c["args"][0] >= _cache_bytes(c["args"][6], *c["args"][1:]) for c in cases]
+    return (f"longest_context: the KV cache of the global layers grows with every token, that of the sliding-window "
+            f"layers up to the window, for {len(cases)} models: {sum(past)} with a budget past the window, "
+            f"{len(past) - sum(past)} with one that runs out inside it, (budget, L, d, h, g, bytes, window, global) "
+            f"in {[tuple(c['args']) for c in cases]}")
+
+
+judge("longest_context", compare=("value",), ok=_context_ok)(
     _counts(_longest, {
         "the cache holds keys and values: 2 numbers per head, coordinate, layer and token":
-            lambda b, L, d, h, g, s: b // (L * g * (d // h) * s),
+            lambda *a: _longest(*a, numbers=1),
         "that is the cache of multi-head attention: only g key/value heads are cached, not h":
-            lambda b, L, d, h, g, s: b // (2 * L * d * s),
-        "every layer keeps its own cache: multiply by the number of layers": lambda b, L, d, h, g, s: b // (
-            2 * g * (d // h) * s),
-        "the budget is in bytes: each number takes bytes_per_number of them": lambda b, L, d, h, g, s: b // (
-            2 * L * g * (d // h)),
+            lambda b, L, d, h, g, s, w, G: _longest(b, L, d, h, h, s, w, G),
+        "the budget is in bytes: each number takes bytes_per_number of them":
+            lambda b, L, d, h, g, s, w, G: _longest(b, L, d, h, g, 1, w, G),
+        "a sliding-window layer keeps the last window tokens only: past the window, only the global layers' "
+        "caches grow": lambda b, L, d, h, g, s, w, G: _longest(b, L, d, h, g, s, w, L),
+        "a sliding-window layer still caches its last window tokens: its keys and values count too":
+            lambda b, L, d, h, g, s, w, G: b // _cache_bytes(1, G, d, h, g, s, w, G),
+        "when the budget runs out before the window fills, every layer's cache grows with each token":
+            lambda b, L, d, h, g, s, w, G: w + (b - _cache_bytes(w, L, d, h, g, s, w, G)) // (
+                _cache_bytes(1, G, d, h, g, s, w, G)),
         "round down: a context one token longer than the budget allows does not fit":
-            lambda b, L, d, h, g, s: -(-b // _cache_bytes_per_token(L, d, h, g, s))}, integer=True))
+            lambda *a: _longest(*a) + 1}, integer=True))

@@ -1,13 +1,15 @@
-"""Checks for the chapter 7 exercise on activation patching: one head of a small GPT patched, at
-chosen positions, from a clean run into a corrupted one, and the recovered fraction of a metric.
+"""Checks for the chapter 7 exercise on activation patching: find the head of a small GPT whose
+output, patched at given positions from a clean run into a corrupted one, recovers most of a
+metric, with the recovered fractions of every head as evidence.
 
 Above the judging line: what runs in the student's kernel (the inputs, visible and hidden, and the
 call of the student's function). The model handed to the student is an input: plain ``torch.nn``
 modules built from a seed that each case records, so that the judge rebuilds the same model; the
 metric is a closure over the case's answer tokens. After the call the kernel runs the corrupted
-input once more and records the logits (a hook left in place shows there). Below the line: the judge,
-which recomputes the patched run by an explicit forward pass of the same weights with the head's
-output replaced (no hook), and names the likely misconception. Chapter 7.
+input once more and records the logits (a hook left in place shows there). Below the line: the
+judge, which recomputes every head's patched run by an explicit forward pass of the same weights
+with that head's output replaced (no hook), picks the head itself and names the likely
+misconception. Chapter 7.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from torch import nn
 from .._calls import call
 from .._harness import draw, hidden_generator, run_check
 
-__all__ = ["check_patch_head"]
+__all__ = ["check_find_head"]
 
 
 # ---------------------------------------------------------------- the inputs: a small GPT
@@ -96,8 +98,8 @@ def _metric(answers: torch.Tensor) -> Callable[[torch.Tensor], float]:
     return metric
 
 
-def _case(g: torch.Generator, n_layers: int, n_heads: int, d_k: int, b: int, n: int, layer: int, changed: int,
-          first_patched: int, n_patched: int) -> dict:
+def _case(g: torch.Generator, n_layers: int, n_heads: int, d_k: int, b: int, n: int, changed: int,
+          first_patched: int, n_patched: int, inputs: str = "") -> dict:
     """A case: random clean ids, ``changed`` positions of them replaced from ``first_patched − 1`` back,
     and ``n_patched`` positions to patch chosen from ``first_patched`` on."""
     clean = torch.randint(0, _VOCAB, (b, n), generator=g)
@@ -106,43 +108,50 @@ def _case(g: torch.Generator, n_layers: int, n_heads: int, d_k: int, b: int, n: 
     corrupted[:, where] = (clean[:, where] + torch.randint(1, _VOCAB, (b, len(where)), generator=g)) % _VOCAB
     positions = sorted((first_patched + torch.randperm(n - first_patched, generator=g)[:n_patched]).tolist())
     return dict(seed=draw(g, 1, 2**20), n_layers=n_layers, n_heads=n_heads, d_k=d_k, clean=clean,
-                corrupted=corrupted, layer=layer, head=draw(g, 0, n_heads - 1), positions=positions,
-                answers=torch.randint(0, _VOCAB, (b,), generator=g))
+                corrupted=corrupted, positions=positions, answers=torch.randint(0, _VOCAB, (b,), generator=g),
+                inputs=inputs)
 
 
-def _run_patch(fn: Callable, case: dict) -> dict:
+def _run_search(fn: Callable, case: dict) -> dict:
     model = _model(case)       # a fresh model from the case's seed: whatever the student does stays there
-    def after(r: Any) -> dict:  # the model once the student's function is done, inside the watch
+
+    def after(result: Any) -> dict:  # the model once the student's function is done, inside the watch
         with torch.no_grad():
-            return {"r": r, "after": model(case["corrupted"])}
+            return {"result": result, "after": model(case["corrupted"])}
 
-    return call(fn, model, case["clean"].clone(), case["corrupted"].clone(), case["layer"], case["head"],
-                list(case["positions"]), _metric(case["answers"]), after=after)
+    return call(fn, model, case["clean"].clone(), case["corrupted"].clone(), list(case["positions"]),
+                _metric(case["answers"]), after=after)
 
 
-def check_patch_head(fn: Callable, hidden: int = 0) -> None:
-    """``fn(model, clean_ids, corrupted_ids, layer, head, positions, metric) -> r``: the recovered
-    fraction (metric(patched) − metric(corrupted)) / (metric(clean) − metric(corrupted)) of the run of
-    ``corrupted_ids`` in which head ``head`` of block ``layer`` outputs, at ``positions``, what it
-    output in the run of ``clean_ids``. Chapter 7."""
+# the visible cases: generators whose models have a head with a negative fraction larger in size than
+# the largest one (so the largest |r| is not the answer) and no two heads within 1e-3 of the best
+_VISIBLE = [(174, 2, 3, 4, 2, 8, 2, 4, 2), (18, 3, 2, 4, 2, 9, 2, 5, 1)]
+
+
+def check_find_head(fn: Callable, hidden: int = 0) -> None:
+    """``fn(model, clean_ids, corrupted_ids, positions, metric) -> ((layer, head), fractions)``: for
+    every head of every block, the recovered fraction (metric(patched) − metric(corrupted)) /
+    (metric(clean) − metric(corrupted)) of the run of ``corrupted_ids`` in which that head alone
+    outputs, at ``positions``, what it output in the run of ``clean_ids``, as an
+    ``(n_layers, n_heads)`` table, and the head with the largest. Chapter 7."""
     if hidden:
-        g = hidden_generator("patch_head", hidden)
-        cases = [_case(g, 2, draw(g, 2, 4), draw(g, 2, 4), draw(g, 1, 3), draw(g, 7, 10), 0, 1, 3, 2),
-                 _case(g, 3, draw(g, 2, 3), draw(g, 2, 4), draw(g, 2, 3), draw(g, 8, 12), draw(g, 1, 2), 2, 4, 3),
-                 _case(g, 2, 4, 2, 2, draw(g, 6, 9), 1, 2, 5, 1)]
+        g = hidden_generator("find_head", hidden)
+        cases = [_case(g, 2, draw(g, 2, 4), draw(g, 2, 4), draw(g, 1, 3), draw(g, 7, 10), 1, 3, 2,
+                       "two blocks, one token changed"),
+                 _case(g, 3, 2, 2, 2, draw(g, 6, 9), 2, 5, 1, "three blocks of two heads of two dimensions, one "
+                       "position patched")]
     else:
-        cases = [_case(torch.Generator().manual_seed(97), 2, 3, 4, 2, 8, 0, 2, 4, 2)]
+        cases = [_case(torch.Generator().manual_seed(seed), *sizes) for seed, *sizes in _VISIBLE]
     for case in cases:
-        case["what"] = (f"patch_head(model, clean_ids, corrupted_ids, layer={case['layer']}, head={case['head']}, "
-                        f"positions={case['positions']}, metric)")
-    run_check("patch_head", fn, cases, _run_patch, hidden)
+        case["what"] = f"find_head(model, clean_ids, corrupted_ids, positions={case['positions']}, metric)"
+    run_check("find_head", fn, cases, _run_search, hidden)
 
 
 # ==== judging: runs in the grader, never loaded into a graded kernel ====
 import numpy as np  # noqa: E402
 
 from .._harness import CheckFailed, typename  # noqa: E402
-from .._judging import judge  # noqa: E402
+from .._judging import as_array, check_shape, judge, pair  # noqa: E402
 
 
 def _forward(model: _GPT, ids: torch.Tensor, layer: int = -1, heads: list[int] | None = None,
@@ -170,79 +179,93 @@ def _forward(model: _GPT, ids: torch.Tensor, layer: int = -1, heads: list[int] |
     return model.lm_head(model.norm_f(x)), zs
 
 
-def _fraction(case: dict, model: _GPT, layer: int, heads: list[int], positions: list[int], noising: bool = False
-              ) -> float:
-    """The recovered fraction of the patch (``noising``: the corrupted run's head patched into the
-    clean run instead, the other direction)."""
+def _table(case: dict, model: _GPT, heads: Callable[[int], list[int]] = lambda h: [h],
+           positions: list[int] | None = None, noising: bool = False) -> np.ndarray:
+    """The recovered fraction of every ``[layer, head]``, patching ``heads(head)`` at ``positions`` (the
+    case's if None) of that layer (``noising``: the corrupted run's head patched into the clean run
+    instead, the other direction)."""
+    where = list(case["positions"]) if positions is None else positions
     metric = _metric(case["answers"])
-    clean_logits, clean_z = _forward(model, case["clean"])
-    corr_logits, corr_z = _forward(model, case["corrupted"])
-    if noising:
-        patched, _ = _forward(model, case["clean"], layer, heads, positions, corr_z)
-    else:
-        patched, _ = _forward(model, case["corrupted"], layer, heads, positions, clean_z)
-    m_clean, m_corr = metric(clean_logits), metric(corr_logits)
-    return (metric(patched) - m_corr) / (m_clean - m_corr)
+    (clean, clean_z), (corr, corr_z) = _forward(model, case["clean"]), _forward(model, case["corrupted"])
+    m_clean, m_corr = metric(clean), metric(corr)
+    into, source = (case["clean"], corr_z) if noising else (case["corrupted"], clean_z)
+    return np.array([[(metric(_forward(model, into, layer, heads(head), where, source)[0]) - m_corr) / (m_clean - m_corr)
+                      for head in range(case["n_heads"])] for layer in range(case["n_layers"])])
 
 
-def _variants(case: dict, model: _GPT) -> dict[str, float]:
-    """What likely mistakes give, message first."""
-    L, H, n = case["n_layers"], case["n_heads"], case["clean"].shape[1]
-    layer, head, positions = case["layer"], case["head"], list(case["positions"])
-    r = _fraction(case, model, layer, [head], positions)
+def _variants(case: dict, model: _GPT, expected: np.ndarray) -> dict[str, Callable[[], np.ndarray]]:
+    """What likely mistakes give for the table (computed when asked), message first."""
+    H, n, positions = case["n_heads"], case["clean"].shape[1], list(case["positions"])
     found = {"measured from the wrong end: r = (metric(patched) − metric(corrupted)) / (metric(clean) − "
-             "metric(corrupted)) is 0 for the corrupted run and 1 for the clean one": 1 - r}
-    for other in ((head - 1) % H, (head + 1) % H):
-        found[f"that is head {other}'s patch: head h is the d_k columns h·d_k … (h+1)·d_k − 1 of the input of "
-              "out_proj (heads count from 0)"] = _fraction(case, model, layer, [other], positions)
-    for shift, side in ((-1, "left"), (1, "right")):
+             "metric(corrupted)) is 0 for the corrupted run and 1 for the clean one": lambda: 1 - expected}
+    for shift in (1, -1):
+        found[f"the fractions belong to the heads {'after' if shift > 0 else 'before'} them: head h is the d_k "
+              "columns h·d_k … (h+1)·d_k − 1 of the input of out_proj (heads count from 0)"] = \
+            lambda shift=shift: np.roll(expected, -shift, axis=1)
         moved = [p + shift for p in positions if 0 <= p + shift < n]
         if moved:
-            found[f"that patches the positions one to the {side} of the ones given: patch positions "
-                  f"{positions} of the position axis (dim 1)"] = _fraction(case, model, layer, [head], moved)
-    found["that patches every position: only the positions given take the clean values"] = _fraction(
-        case, model, layer, [head], list(range(n)))
-    found["that patches every head of the layer: only head `head`'s d_k columns take the clean values"] = \
-        _fraction(case, model, layer, list(range(H)), positions)
-    for other in (layer - 1, layer + 1):
-        if 0 <= other < L:
-            found[f"that patches block {other}: blocks count from 0 (model.blocks[layer])"] = _fraction(
-                case, model, other, [head], positions)
+            found[f"that patches the positions one to the {'right' if shift > 0 else 'left'} of the ones given: "
+                  f"patch the given positions of the position axis (dim 1)"] = \
+                lambda moved=moved: _table(case, model, positions=moved)
+    found["that patches every position: only the positions given take the clean values"] = lambda: _table(
+        case, model, positions=list(range(n)))
+    found["that patches every head of the layer at once: each head is patched alone, its own d_k columns"] = \
+        lambda: _table(case, model, heads=lambda h: list(range(H)))
     found["that runs the clean input with the corrupted run's head: run the corrupted input, with the clean run's "
-          "values of the head"] = _fraction(case, model, layer, [head], positions, noising=True)
+          "values of the head"] = lambda: _table(case, model, noising=True)
     return found
 
 
-@judge("patch_head",
-       ok=lambda cases, outs: "the recovered fraction of one head patched at chosen positions equals an explicit "
-                              "pass with that head's output replaced (1e-6), for " + ", ".join(
-           f"block {c['layer']} head {c['head']} of a {c['n_layers']}-block model at positions {c['positions']}"
-           for c in cases))
-def _patch_head(case: dict, out: dict) -> None:
-    what, tol = case["what"], 1e-6
-    got = out.get("r")
-    if isinstance(got, torch.Tensor) and got.numel() == 1 and got.is_floating_point():
-        got = float(got)
-    if isinstance(got, bool) or not isinstance(got, (int, float)):
-        raise CheckFailed(f"{what} must return the recovered fraction, a number (a float or a one-element "
-                          f"tensor), got {typename(got)}")
+def _find_ok(cases: list[dict], outs: list[dict]) -> str:
+    return ("the recovered fractions of every head equal explicit passes with that head's output replaced (1e-6), "
+            "and the head picked has the largest, for " + ", ".join(
+                f"{c['n_layers'] * c['n_heads']} heads ({c['n_layers']} blocks of {c['n_heads']}) patched at "
+                f"positions {c['positions']}" for c in cases))
+
+
+@judge("find_head", ok=_find_ok)
+def _find_head(case: dict, out: dict) -> None:
+    what, tol, L, H = case["what"], 1e-6, case["n_layers"], case["n_heads"]
+    best, fractions = pair(out.get("result"), what, ("(layer, head)", "fractions"))
     model = _model(case)
     with torch.no_grad():
-        expected = _fraction(case, model, case["layer"], [case["head"]], list(case["positions"]))
+        expected = _table(case, model)
         corr_logits = _forward(model, case["corrupted"])[0].numpy()
-        variants = _variants(case, model)
     after = out.get("after")
     if not (isinstance(after, torch.Tensor) and np.allclose(after.numpy(), corr_logits, atol=1e-9, rtol=0)):
         raise CheckFailed(f"{what}: after your function returned, the model still gives other logits on the "
-                          "corrupted input: remove the hook (handle.remove(), in a finally block) and leave the "
+                          "corrupted input: remove each hook (handle.remove(), in a finally block) and leave the "
                           "weights as they were")
-    if abs(got - expected) <= tol:
-        return
-    if not math.isfinite(got):
-        raise CheckFailed(f"{what} returned {got}: the metric of the clean and the corrupted runs differ here")
-    for hint, value in variants.items():
-        if abs(got - value) <= tol and abs(value - expected) > 10 * tol:
-            raise CheckFailed(f"{what}: {hint}\nexpected r = {expected:.6f}, got {got:.6f}")
-    raise CheckFailed(f"{what}: the recovered fraction differs from that of the corrupted run with this head's "
-                      f"output (its columns of out_proj's input) replaced by the clean run's at these positions "
-                      f"(atol {tol})\nexpected r = {expected:.6f}, got {got:.6f}")
+    got = as_array(fractions, f"{what}: the fractions")
+    if got.shape == (H, L) and H != L:
+        raise CheckFailed(f"{what}: the fractions are indexed [layer, head], shape (n_layers, n_heads) = ({L}, {H}), "
+                          f"got shape {got.shape}")
+    check_shape(got, (L, H), f"{what}: the fractions", "one row per block, one column per head")
+    wrong = np.abs(got - expected) > tol
+    if wrong.any():
+        if not np.isfinite(got).all():
+            raise CheckFailed(f"{what}: the fractions hold nan or inf: the metric of the clean and the corrupted "
+                              "runs differ here, so only a wrong patch or a wrong formula divides by zero")
+        for hint, make in _variants(case, model, expected).items():
+            with torch.no_grad():
+                variant = make()
+            if np.allclose(got, variant, atol=tol, rtol=0) and np.abs(variant - expected).max() > 10 * tol:
+                raise CheckFailed(f"{what}: {hint}")
+        layer, head = (int(i) for i in np.argwhere(wrong)[0])
+        raise CheckFailed(f"{what}: the recovered fraction of block {layer}, head {head} (and {int(wrong.sum()) - 1} "
+                          "more) differs from that of the corrupted run with this head's output (its columns of "
+                          f"out_proj's input) replaced by the clean run's at these positions (atol {tol})")
+    if not (isinstance(best, list) and len(best) == 2 and all(type(i) is int for i in best)):
+        raise CheckFailed(f"{what}: the head must be a pair of whole numbers (layer, head), got {typename(best)}")
+    top = expected.max()
+    if not (0 <= best[0] < L and 0 <= best[1] < H and expected[best[0], best[1]] >= top - 10 * tol):
+        layer, head = best
+        if 0 <= head < L and 0 <= layer < H and expected[head, layer] >= top - 10 * tol:
+            raise CheckFailed(f"{what}: the head is given as (layer, head), blocks first")
+        if 0 <= layer < L and 0 <= head < H and (abs(expected[layer, head]) >= np.abs(expected).max() - 10 * tol
+                                                  or expected[layer, head] <= expected.min() + 10 * tol):
+            raise CheckFailed(f"{what}: the head that recovers most has the largest fraction, not the smallest nor "
+                              "the largest in size: a negative fraction means the patch moves the metric further "
+                              "from the clean run")
+        raise CheckFailed(f"{what}: the head picked is not the one with the largest recovered fraction in your own "
+                          "table")

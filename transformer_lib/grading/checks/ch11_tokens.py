@@ -1,12 +1,12 @@
-"""Checks for the exercises of the tokens appendix (Exercises 11): one BPE merge step with the tie
-rule, the pair counts a merge changes, and decoding a stream of byte tokens that cut characters.
+"""Checks for the exercises of the tokens appendix (Exercises 11.1 and 11.3): one BPE merge step
+with the tie rule and special tokens, and decoding a stream of byte tokens that cut characters;
+11.2, the pair counts a merge changes, is in ``ch11_pairs.py``.
 
 Words are lists of symbols (short strings), so that a merge of ``("a", "b")`` makes the symbol
 ``"ab"``. Above the judging line: what runs in the student's kernel (the inputs, visible and
-hidden, the calls of the student's functions, and for 11.2 the dict the student returns written
-out as rows ``[a, b, change]``, the only form the record keeps). Below it: the judges, which
-count pairs, merge and decode from first principles (Python's own incremental UTF-8 decoder for
-11.3) and run in the grader. Chapter 11.
+hidden, and the calls of the student's functions). Below it: the judges, which count pairs,
+merge and decode from first principles (Python's own incremental UTF-8 decoder for 11.3) and run
+in the grader. Chapter 11.
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from typing import Any, Callable
 from .._calls import call
 from .._harness import draw, hidden_generator, run_check, typename
 
-__all__ = ["check_merge_step", "check_pair_changes", "check_stream_decode"]
+__all__ = ["check_merge_step", "check_stream_decode"]
 
 
 def _word(g: Any, alphabet: str, low: int, high: int) -> list[str]:
@@ -74,49 +74,6 @@ def check_merge_step(fn: Callable, words: list[list[str]] | None = None, counts:
         case.setdefault("special", [])
     run_check("merge_step", fn, cases, lambda f, c: {"result": call(
         f, [list(w) for w in c["words"]], list(c["counts"]), set(c["special"]))}, hidden)
-
-
-# ---------------------------------------------------------------- 11.2 the pair counts a merge changes
-
-_BAD = "(keys that are not pairs of strings, or changes that are not whole numbers)"
-
-
-def _as_rows(changes: Any) -> Any:
-    """A dict ``{(a, b): change}`` as rows ``[a, b, change]`` sorted, zero changes left out; anything
-    else is recorded by its type."""
-    if type(changes) is not dict:
-        return f"not a dict but {typename(changes)}"
-    rows = []
-    for key, value in dict.items(changes):
-        if not (type(key) is tuple and len(key) == 2 and all(type(s) is str for s in key) and type(value) is int):
-            return _BAD
-        if value:
-            rows.append([key[0], key[1], value])
-    return sorted(rows)
-
-
-def check_pair_changes(fn: Callable, word: list[str] | None = None, pair: tuple[str, str] | None = None,
-                       hidden: int = 0) -> None:
-    """``fn(word, pair) -> {(a, b): change}``: how the counts of the adjacent pairs of ``word``
-    change when every occurrence of ``pair`` is merged into one symbol, left to right; pairs whose
-    count does not change may be left out. Chapter 11."""
-    if hidden:
-        g = hidden_generator("pair_changes", hidden)
-        cases = [dict(word=list("abababx"), pair=["b", "a"], inputs="occurrences side by side"),  # a ba ba b x
-                 dict(word=["c"] + ["a"] * draw(g, 3, 7) + ["c"], pair=["a", "a"], inputs="a run of one symbol"),
-                 dict(word=list("xyxyxy")[:draw(g, 4, 6)], pair=["x", "y"], inputs="occurrences side by side"),
-                 dict(word=_word(g, "pq", 1, 1) + _word(g, "rs", 2, 4), pair=["p", "q"], inputs="the pair is absent"),
-                 dict(word=_word(g, "abc", 5, 12), pair=["ab"[draw(g, 0, 1)], "bc"[draw(g, 0, 1)]],
-                      inputs="a random word")]
-    elif word is None:
-        cases = [dict(word=list("cabab"), pair=["a", "b"], inputs="occurrences side by side"),
-                 dict(word=list("caaaaac"), pair=["a", "a"], inputs="a run of one symbol")]
-    else:
-        cases = [dict(word=list(word), pair=["a", "b"] if pair is None else list(pair))]
-    for case in cases:
-        case["what"] = "pair_changes(word, pair)"
-    run_check("pair_changes", fn, cases, lambda f, c: {"changes": call(
-        f, list(c["word"]), tuple(c["pair"]), after=_as_rows)}, hidden)
 
 
 # ---------------------------------------------------------------- 11.3 decoding a stream of byte tokens
@@ -273,79 +230,6 @@ def _merge_step(case: dict, out: dict) -> None:
                   expected, got_words)
         _fail("the merged words are not right: every occurrence of the pair, left to right, becomes the "
               "symbol a + b", expected, got_words)
-
-
-def _rows(delta: Counter) -> list[list]:
-    return sorted([a, b, k] for (a, b), k in delta.items() if k)
-
-
-def _changes(word: list[str], pair: tuple[str, str]) -> list[list]:
-    """The pair counts of the merged word minus those of the word, recounted."""
-    merged = _merge(word, pair)
-    delta = Counter(zip(merged, merged[1:]))
-    delta.subtract(Counter(zip(word, word[1:])))
-    return _rows(delta)
-
-
-def _each_alone(word: list[str], pair: tuple[str, str]) -> list[list]:
-    """The changes with each occurrence's neighbours read from the unmerged word, as if no two
-    occurrences stood side by side."""
-    a, b = pair
-    delta: Counter = Counter()
-    i, found = 0, []
-    while i + 1 < len(word):
-        if (word[i], word[i + 1]) == pair:
-            found.append(i)
-            i += 2
-        else:
-            i += 1
-    for i in found:
-        delta[pair] -= 1
-        if i > 0:
-            delta[(word[i - 1], a)] -= 1
-            delta[(word[i - 1], a + b)] += 1
-        if i + 2 < len(word):
-            delta[(b, word[i + 2])] -= 1
-            delta[(a + b, word[i + 2])] += 1
-    return _rows(delta)
-
-
-def _pair_ok(cases: list[dict], outs: list[dict]) -> str:
-    """The ✓ line: occurrences side by side and runs are claimed only where a case held them."""
-    facts = []
-    for c in cases:
-        pair, merged = tuple(c["pair"]), _merge(c["word"], tuple(c["pair"]))
-        joined = pair[0] + pair[1]
-        if pair[0] == pair[1] and _longest_run(c["word"], pair[0]) >= 3:
-            facts.append(f"a run of {_longest_run(c['word'], pair[0])} equal symbols")
-        elif any(x == y == joined for x, y in zip(merged, merged[1:])):
-            facts.append("occurrences side by side")
-    n = len(cases)
-    return (f"pair_changes gives the change of every pair count for {n} word{'s' * (n != 1)}"
-            + "".join(f"; {f}" for f in dict.fromkeys(facts)))
-
-
-@judge("pair_changes", compare=("changes",), ok=_pair_ok)
-def _pair_changes(case: dict, out: dict) -> None:
-    word, pair, what = case["word"], tuple(case["pair"]), case["what"]
-    got = out["changes"]
-    if not isinstance(got, list):
-        detail = got if isinstance(got, str) else typename(got)
-        raise CheckFailed(f"{what} must return a dict {{(a, b): change}} with whole-number changes, got {detail}")
-    expected = _changes(word, pair)
-    if got == expected:
-        return
-    flipped = sorted([a, b, -k] for a, b, k in expected)
-    if got == flipped:
-        _fail("the signs are flipped: a pair that disappears has a negative change (after minus before)",
-              expected, got)
-    if got == _each_alone(word, pair):
-        _fail("two merged occurrences side by side (x y x y with pair (x, y)) share a neighbour: the pair "
-              "(y, x) between them becomes (xy, xy), it does not give (y, xy) and (xy, x)", expected, got)
-    if [row for row in got if tuple(row[:2]) != pair] == [row for row in expected if tuple(row[:2]) != pair]:
-        _fail("the merged pair itself is not counted right: it disappears once per merged occurrence, and in a "
-              "run like a a a (two overlapping pairs) only one occurrence merges", expected, got)
-    _fail("the changes are not right: compare the pairs of the word before and after the merge", expected, got)
 
 
 def _decoded(tokens: list[list[int]], errors: str = "replace", final: bool = True) -> list[str]:
