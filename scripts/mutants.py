@@ -36,25 +36,24 @@ LIB = "transformer_lib"
 
 # The library's own tests (not the grading system's, not the notebooks).
 TEST_FILES = [
-    "tests/test_attention.py", "tests/test_multihead.py", "tests/test_positional.py",
-    "tests/test_block.py", "tests/test_embedding.py", "tests/test_model.py",
-    "tests/test_moe.py", "tests/test_moe_model.py", "tests/test_counting.py", "tests/test_data_train.py",
-    "tests/test_viz.py", "tests/test_checks.py", "tests/test_residual_stream.py", "tests/test_tiled.py",
-    "tests/test_reference_models.py", "tests/test_induction_task.py", "tests/test_attention_stages.py",
-    "tests/test_tiled_blocks.py", "tests/test_loading.py",
-    "tests/test_stream_errors.py", "tests/test_tokenizer.py", "tests/test_wordpiece.py",
+    "tests/lib/test_attention.py", "tests/lib/test_multihead.py", "tests/lib/test_positional.py",
+    "tests/lib/test_block.py", "tests/lib/test_embedding.py", "tests/lib/test_model.py",
+    "tests/lib/test_moe.py", "tests/lib/test_moe_model.py", "tests/lib/test_counting.py", "tests/lib/test_data_train.py",
+    "tests/lib/test_viz.py", "tests/lib/test_checks.py", "tests/lib/test_stream.py", "tests/lib/test_tiled.py",
+    "tests/lib/test_reference_models.py", "tests/lib/test_induction_task.py", "tests/lib/test_loading.py",
+    "tests/lib/test_tokenizer.py", "tests/lib/test_wordpiece.py",
 ]
 # The test file that exercises each module most directly runs first, so most mutants die fast.
 FIRST = {
-    "attention": "tests/test_attention.py", "multihead": "tests/test_multihead.py",
-    "positional": "tests/test_positional.py", "block": "tests/test_block.py",
-    "embedding": "tests/test_embedding.py", "model": "tests/test_model.py",
-    "moe": "tests/test_moe.py", "counting": "tests/test_counting.py",
-    "data": "tests/test_data_train.py", "train": "tests/test_data_train.py",
-    "viz": "tests/test_viz.py", "config": "tests/test_counting.py",
-    "tiled": "tests/test_tiled_blocks.py", "memory": "tests/test_tiled_blocks.py",
-    "stream": "tests/test_residual_stream.py", "loading": "tests/test_loading.py",
-    "bpe": "tests/test_tokenizer.py", "tokenizer": "tests/test_tokenizer.py", "wordpiece": "tests/test_wordpiece.py",
+    "attention": "tests/lib/test_attention.py", "multihead": "tests/lib/test_multihead.py",
+    "positional": "tests/lib/test_positional.py", "block": "tests/lib/test_block.py",
+    "embedding": "tests/lib/test_embedding.py", "model": "tests/lib/test_model.py",
+    "moe": "tests/lib/test_moe.py", "counting": "tests/lib/test_counting.py",
+    "data": "tests/lib/test_data_train.py", "train": "tests/lib/test_data_train.py",
+    "viz": "tests/lib/test_viz.py", "config": "tests/lib/test_counting.py",
+    "tiled": "tests/lib/test_tiled.py", "memory": "tests/lib/test_tiled.py",
+    "stream": "tests/lib/test_stream.py", "loading": "tests/lib/test_loading.py",
+    "bpe": "tests/lib/test_tokenizer.py", "tokenizer": "tests/lib/test_tokenizer.py", "wordpiece": "tests/lib/test_wordpiece.py",
 }
 
 

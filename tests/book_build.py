@@ -1,4 +1,4 @@
-"""One build of the book per test session, shared by `tests/test_book.py` and the browser suite.
+"""One build of the book per test session, shared by `tests/book/test_book.py` and the browser suite.
 
 It builds into `_build/html`, where `make book` puts the book: first the notebooks are executed
 side by side into the execution cache (`scripts/execute_book.py`, as `make book` does), then

@@ -17,7 +17,7 @@ from pathlib import Path  # noqa: E402
 import pytest  # noqa: E402
 
 TESTS = Path(__file__).resolve().parent
-BOOK_GROUP = {"test_book.py", "browser"}  # the browser suite reads the book test_book.py builds
+BOOK_GROUP = {("book", "test_book.py"), ("book", "browser")}  # the browser suite reads the book test_book.py builds
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -28,5 +28,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("xdist_group") is None:
             relative = Path(str(item.path)).resolve().relative_to(TESTS)
-            group = "book" if relative.parts[0] in BOOK_GROUP else relative.as_posix()
+            group = "book" if relative.parts[:2] in BOOK_GROUP else relative.as_posix()
             item.add_marker(pytest.mark.xdist_group(group))

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from browser_helpers import broken_links, is_trivial_alt, raw_tex
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 def test_math_is_typeset(visitor, page_path):

@@ -16,7 +16,7 @@ from transformer_lib.grading.notebook import check_cells, dumps, grade_id, read,
 from .helpers import as_handed_in, substitute
 from .wrong import WRONG
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SOURCE = REPO / "exercises" / "source" / "02_building_up_attention.ipynb"
 FULL = sum(cell.metadata["nbgrader"]["points"] for _, cell in check_cells(read(SOURCE)))
 

@@ -8,7 +8,7 @@ forbidden: a module outside the allowed set, the interpreter's code-running buil
 functions and classes defined by the interpreter's modules. Any chain that reaches one must be
 refused by the grader's reading of the line that writes it. The other side: names that harmless
 values share with forbidden ones stay usable, and no instructor solution, chapter or known-honest
-submission is refused (tests/test_grading_rules.py reads the exercise notebooks).
+submission is refused (tests/grading/test_grading_rules.py reads the exercise notebooks).
 """
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ student's metadata (each earned full marks on the exercise it attacks before the
 
 ``ATTACKS[stem][name] = (edit, attacked, marker)``: ``edit`` is either solution regions to replace (as in
 ``attacks.py``) or a function from the instructor notebook to the submission; graded through the command
-line in the sandbox (tests/test_grading_notebooks.py), the submission must score 0 on the checks
+line in the sandbox (tests/grading/test_grading_notebooks.py), the submission must score 0 on the checks
 ``attacked`` and its honest points elsewhere, and the class report must list its refused line, the
 first line of the submission that contains ``marker``. The runtime escapes inside them (the profile
 watch switched off, torch's function modes disabled) are the ones a student used: the grader's reading

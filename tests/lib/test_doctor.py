@@ -100,7 +100,7 @@ def test_python_and_assets_checks(tmp_path):
 
 def test_a_cuda_build_is_named_and_its_fix_installs_the_cpu_build_and_removes_the_gpu_libraries(monkeypatch):
     """A CUDA build of the right version fails; the fix reinstalls torch from requirements/torch.txt
-    (the command `make install` runs, whose resolution tests/test_install.py checks) and uninstalls
+    (the command `make install` runs, whose resolution tests/book/test_install.py checks) and uninstalls
     the GPU libraries the CUDA build brought."""
     import torch
 

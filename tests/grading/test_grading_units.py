@@ -1,6 +1,6 @@
 """Pieces of the autograder in isolation: restoring check cells, the kernel half of the checks,
 writing and reading records safely, judging them in the grader, the report formats, and the checks'
-messages, bans and bookkeeping. (The grading run itself: tests/test_grading_run.py.)"""
+messages, bans and bookkeeping. (The grading run itself: tests/grading/test_grading_run.py.)"""
 from __future__ import annotations
 
 import copy
@@ -185,7 +185,7 @@ def test_a_shape_mistake_in_the_student_s_code_is_named_while_the_student_works(
 # ------------------------------------------------------------------ checks
 
 def test_library_softmax_is_refused_however_it_is_reached_and_only_during_the_check():
-    """(The grader also refuses these names in the source: tests/test_grading_rules.py.)"""
+    """(The grader also refuses these names in the source: tests/grading/test_grading_rules.py.)"""
     aliased = torch.softmax
     for fn in (lambda x, dim=-1: aliased(x, dim), lambda x, dim=-1: torch.nn.Softmax(dim)(x),
                lambda x, dim=-1: x.log_softmax(dim).exp()):

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from browser_helpers import unexpected_errors
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 # <link rel=…> values that make the browser fetch the address.
 FETCHING_RELS = {"stylesheet", "preload", "modulepreload", "prefetch", "icon", "shortcut",
                  "apple-touch-icon", "manifest", "preconnect", "dns-prefetch"}

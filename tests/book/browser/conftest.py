@@ -22,7 +22,7 @@ import pytest
 import book_build
 from browser_helpers import PageVisitor, book_pages, root_page
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 CHROMIUM = Path(os.environ.get("BOOK_CHROMIUM", "/usr/bin/chromium"))
 CUSTOM_HTML = os.environ.get("BOOK_HTML_DIR")
 HTML = Path(CUSTOM_HTML) if CUSTOM_HTML else REPO / "_build" / "html"
@@ -112,7 +112,7 @@ def _is_fresh() -> bool:
 
 
 def _build_book() -> None:
-    """Build `_build/html` like `make book` (once per test session, shared with tests/test_book.py)."""
+    """Build `_build/html` like `make book` (once per test session, shared with tests/book/test_book.py)."""
     if not book_build.can_build():
         return
     for attempt in (1, 2):  # once, a CI build left no index.html; the log says why next time
@@ -131,7 +131,7 @@ def book_html() -> Path:
     if _disabled_reason():
         pytest.skip(HINT)
     if not CUSTOM_HTML and not _is_fresh():
-        _build_book()  # warnings and failures are reported by tests/test_book.py
+        _build_book()  # warnings and failures are reported by tests/book/test_book.py
     if not (HTML / "index.html").exists():
         if os.environ.get("BOOK_BROWSER_REQUIRED") == "1":  # CI must not pass with the suite skipped
             pytest.fail(f"BOOK_BROWSER_REQUIRED=1, but there is no built book at {HTML}", pytrace=False)

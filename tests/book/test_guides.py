@@ -20,11 +20,13 @@ from pathlib import Path
 import pytest
 
 from repo_paths import REPO
-from submissions.helpers import as_handed_in, substitute
-from submissions.wrong import WRONG
-from transformer_lib.grading import sandbox
-from transformer_lib.grading.__main__ import parser
-from transformer_lib.grading.notebook import dumps, read, release
+
+sys.path.insert(0, str(REPO / "tests" / "grading"))  # the known-wrong submissions live with the grading tests
+from submissions.helpers import as_handed_in, substitute  # noqa: E402
+from submissions.wrong import WRONG  # noqa: E402
+from transformer_lib.grading import sandbox  # noqa: E402
+from transformer_lib.grading.__main__ import parser  # noqa: E402
+from transformer_lib.grading.notebook import dumps, read, release  # noqa: E402
 
 GUIDES = sorted((REPO / "guides").glob("*.md")) + [REPO / "README.md"]
 SAMPLES = REPO / "guides" / "samples"
@@ -74,13 +76,13 @@ def test_every_command_in_the_guides_runs(where, command, tmp_path):
     if module == "transformer_lib":
         assert args == ["doctor"], f"{where}: {command}"
         return  # run for real by test_the_samples_are_what_the_code_writes
-    if module == "transformer_lib.lab":  # the options shown exist; tests/test_lab.py runs the lab
+    if module == "transformer_lib.lab":  # the options shown exist; tests/lib/test_lab.py runs the lab
         from transformer_lib import lab
         lab._checked(lab._parser().parse_args(args))
         return
     assert module == "transformer_lib.grading", f"{where}: {command}"
     parsed = parser().parse_args(args)  # the flags and choices the guide shows exist
-    if args[0] not in RUN_FOR_REAL or "--student" in args:  # the student copy: tests/test_grading_student.py
+    if args[0] not in RUN_FOR_REAL or "--student" in args:  # the student copy: tests/grading/test_grading_student.py
         return
     if args[0] == "gradescope":
         args[args.index("--out") + 1] = str(tmp_path / "autograder.zip")

@@ -1,6 +1,6 @@
 """The runtime side of the checks in isolation: the watch around a call and the kernel's watch, what is
 read of a result, which record files count, and the escaping of a submission's text in the reports.
-(End to end, through the command line and the sandbox: tests/test_grading_runtime.py.)"""
+(End to end, through the command line and the sandbox: tests/grading/test_grading_runtime.py.)"""
 from __future__ import annotations
 
 import json

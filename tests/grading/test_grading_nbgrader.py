@@ -9,7 +9,7 @@ student notebooks. Each graded notebook scores full marks for the first and zero
 ``autograde`` executes every notebook it grades, one after another (two minutes for all of them),
 so it grades the notebooks of ``AUTOGRADED``: the first chapter's, chapter 7's (the behaviour checks)
 and the last appendix's. What it would do with the others, our own grader does for every notebook
-through the command line (tests/test_grading_notebooks.py) with the same checks and hidden tests.
+through the command line (tests/grading/test_grading_notebooks.py) with the same checks and hidden tests.
 """
 from __future__ import annotations
 
