@@ -1,6 +1,8 @@
 """Known-wrong solutions of the chapter 5 exercises, in the format of ``wrong.py`` (merged there)."""
 from __future__ import annotations
 
+import textwrap
+
 _GQA_LOOP = """
 d_k = W_Q.shape[1] // n_heads
 group = n_heads // n_kv_heads
@@ -12,6 +14,22 @@ for i in range(n_heads):
     outputs.append(Z_i)
     weights.append(A_i)
 return {out}, torch.stack(weights, dim=-3)
+"""
+
+
+_GQA_MHA = """
+d, group = X.shape[-1], n_heads // n_kv_heads
+d_k = d // n_heads
+W_K_all = W_K.reshape(d, n_kv_heads, d_k).repeat_interleave(group, dim=1).reshape(d, d)
+W_V_all = W_V.reshape(d, n_kv_heads, d_k).repeat_interleave(group, dim=1).reshape(d, d)
+layer = torch.nn.MultiheadAttention(d, n_heads, bias=False, batch_first=True, dtype=X.dtype)
+with torch.no_grad():
+    layer.in_proj_weight.copy_(torch.cat([W_Q.T, W_K_all.T, W_V_all.T]))
+    layer.out_proj.weight.copy_(W_O.T)
+batch = X.reshape(-1, *X.shape[-2:])
+out, weights = layer(batch, batch, batch, average_attn_weights=False)
+n = X.shape[-2]
+return out.reshape(X.shape), weights.reshape(*X.shape[:-2], n_heads, n, n)
 """
 
 
@@ -124,35 +142,13 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
                     weights.append(A_i)
             return torch.cat(outputs, dim=-1) @ W_O, torch.stack(weights, dim=-3)
             """}, {"check_gqa_attention"}, "one per key/value head"),
-        "GQA through nn.MultiheadAttention with the key/value weights repeated": ({"gqa_attention": """
-            d, group = X.shape[-1], n_heads // n_kv_heads
-            d_k = d // n_heads
-            W_K_all = W_K.reshape(d, n_kv_heads, d_k).repeat_interleave(group, dim=1).reshape(d, d)
-            W_V_all = W_V.reshape(d, n_kv_heads, d_k).repeat_interleave(group, dim=1).reshape(d, d)
-            layer = torch.nn.MultiheadAttention(d, n_heads, bias=False, batch_first=True, dtype=X.dtype)
-            with torch.no_grad():
-                layer.in_proj_weight.copy_(torch.cat([W_Q.T, W_K_all.T, W_V_all.T]))
-                layer.out_proj.weight.copy_(W_O.T)
-            batch = X.reshape(-1, *X.shape[-2:])
-            out, weights = layer(batch, batch, batch, average_attn_weights=False)
-            n = X.shape[-2]
-            return out.reshape(X.shape), weights.reshape(*X.shape[:-2], n_heads, n, n)
-            """}, {"check_gqa_attention"}, "multi_head_attention_forward"),
-        "GQA through nn.MultiheadAttention, torch function modes switched off": ({"gqa_attention": """
-            d, group = X.shape[-1], n_heads // n_kv_heads
-            d_k = d // n_heads
-            with torch._C.DisableTorchFunction():
-                W_K_all = W_K.reshape(d, n_kv_heads, d_k).repeat_interleave(group, dim=1).reshape(d, d)
-                W_V_all = W_V.reshape(d, n_kv_heads, d_k).repeat_interleave(group, dim=1).reshape(d, d)
-                layer = torch.nn.MultiheadAttention(d, n_heads, bias=False, batch_first=True, dtype=X.dtype)
-                with torch.no_grad():
-                    layer.in_proj_weight.copy_(torch.cat([W_Q.T, W_K_all.T, W_V_all.T]))
-                    layer.out_proj.weight.copy_(W_O.T)
-                batch = X.reshape(-1, *X.shape[-2:])
-                out, weights = layer(batch, batch, batch, average_attn_weights=False)
-                n = X.shape[-2]
-                return out.reshape(X.shape), weights.reshape(*X.shape[:-2], n_heads, n, n)
-            """}, {"check_gqa_attention"}, "multi_head_attention_forward"),
+        "GQA through nn.MultiheadAttention with the key/value weights repeated": ({"gqa_attention": _GQA_MHA},
+                                                                                  {"check_gqa_attention"},
+                                                                                  "multi_head_attention_forward"),
+        "GQA through nn.MultiheadAttention, torch function modes switched off": ({"gqa_attention": (
+            "d, group = X.shape[-1], n_heads // n_kv_heads\nd_k = d // n_heads\nwith torch._C.DisableTorchFunction():\n"
+            + textwrap.indent(_GQA_MHA.split("d_k = d // n_heads\n", 1)[1], "    "))},
+            {"check_gqa_attention"}, "multi_head_attention_forward"),
         "GQA through F.scaled_dot_product_attention(enable_gqa=True)": ({"gqa_attention": """
             *lead, n, d = X.shape
             d_k = d // n_heads
