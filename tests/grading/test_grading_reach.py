@@ -126,7 +126,8 @@ def escapes():
 
 
 def test_the_walk_finds_the_known_escapes_and_the_grader_refuses_them():
-    for line in ("torch.sys", "numpy.os", "torch.DisableTorchFunction", "torch.ctypes", "matplotlib.pyplot.inspect"):
+    for line in ("torch.sys", "numpy.os", "torch.DisableTorchFunction", "torch.ctypes", "matplotlib.pyplot.inspect",
+                 "matplotlib.backends.backend_agg.features"):  # loaded once a figure is drawn: Pillow's PIL.features
         assert rules.read_cell(f"import {line.split('.')[0]}\ny = {line}"), line
     assert "sys" in reach().refused and "DisableTorchFunction" in reach().refused
 

@@ -244,4 +244,18 @@ def reach() -> Reach:
         except ImportError:  # an allowed module that is not installed: nothing of it to reach
             continue
     importlib.import_module("transformer_lib.grading.checks")  # what a kernel has loaded once its checks ran
+    _draw_a_figure()
     return _Walk().run()
+
+
+def _draw_a_figure() -> None:
+    """Render a figure to PNG in memory, as a notebook that plots does: what drawing loads (Agg's backend,
+    with ``matplotlib.backends.backend_agg.features``, Pillow's ``PIL.features``) is then walked too."""
+    import io
+
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(1, 1))
+    figure.add_subplot().plot([0, 1], [1, 0])
+    FigureCanvasAgg(figure).print_png(io.BytesIO())
