@@ -42,8 +42,9 @@ book: install
 	$(BIN)/jupyter-book build . --warningiserror --nitpick --keep-going -q
 	@echo "Book built: _build/html/index.html"
 
-# One serial run: on two cores, pytest-xdist with two workers measured no faster (21:51 + 0:19 against
-# 22:31), since the book's build, the grader and torch already use both cores.
+# One serial run (19:32 of tests from a fresh clone on two idle cores): two pytest-xdist workers measured
+# no faster (21:51 + 0:19 for the timing tests), as the book's build, the grader and torch already use
+# both cores.
 test: install
 	$(BIN)/python -m pytest
 
