@@ -59,7 +59,7 @@ def runs(tmp_path_factory):
     slow = _handed_in()
     slow.cells.insert(2, nbformat.v4.new_code_cell("import time\ntime.sleep(600)"))
     notebooks = {"out_of_order": (out_of_order(), ()), "correct": (_handed_in(), ()),
-                 "slow": (slow, ("--timeout", "5"))}
+                 "slow": (slow, ("--timeout", "20"))}  # 5 s: under load the kernel once took longer to start
     procs = {}
     for name, (nb, args) in notebooks.items():
         path = folder / f"{STEM}.ipynb" if name == "correct" else folder / f"{name}.ipynb"
@@ -101,8 +101,8 @@ def test_a_correct_notebook_passes_without_warnings(runs):
 def test_a_notebook_over_the_time_limit_is_reported(runs):
     code, out, _ = runs["slow"]
     assert code == 1
-    assert "✗ check_hand_qkv (1 point): not run: the notebook ran longer than 5 s and was stopped" in out
-    assert "! the notebook ran longer than 5 s and was stopped; the checks after it were not run" in out
+    assert "✗ check_hand_qkv (1 point): not run: the notebook ran longer than 20 s and was stopped" in out
+    assert "! the notebook ran longer than 20 s and was stopped; the checks after it were not run" in out
 
 
 def test_lines_are_wrapped(tmp_path):
