@@ -17,6 +17,7 @@ SKIP = ()  # cells not run (training no case needs): none
 # The last cell of the list is the check cell; a "lib:module:function" step breaks that library
 # function for the case.
 LIB_CHECK = "from transformer_lib.embedding import"
+REDRAW = "sse_mc = ((f_train + eps_mc)"
 BROKEN = {
     "library: one-hot classes counted from 1": (
         CH1, [("lib:transformer_lib.embedding:one_hot", [("torch.arange(num_classes,", "torch.arange(1, num_classes + 1,")]),
@@ -67,12 +68,16 @@ BROKEN = {
         "assert rmse_fit < rmse_noisy and"),
     "redraws: the squared bias left out of the expected error": (
         CH1, [("pred_train, A = nadaraya_watson(", [("sse_mean = float(bias @ bias + sigma**2", "sse_mean = float(sigma**2")]),
-              ("n_redraw = 4000", [])],
+              (REDRAW, [])],
         "assert abs(float(sse_mc.mean()) - sse_mean)"),
+    "redraws: the variance without its cross term 4σ²‖Aᵀb‖²": (
+        CH1, [("pred_train, A = nadaraya_watson(", [("4 * sigma**2 * (A.T @ bias).pow(2).sum()", "0")]),
+              (REDRAW, [])],
+        "assert abs(var_mc - sse_var)"),
     "redraws: the variance of σ²χ²₁ taken as σ⁴, not 2σ⁴": (
         CH1, [("pred_train, A = nadaraya_watson(", [("+ 2 * sigma**4", "+ sigma**4")]),
-              ("n_redraw = 4000", [])],
-        "assert abs(float(sse_mc.var()) / sse_var - 1)"),
+              (REDRAW, [])],
+        "assert abs(var_mc - sse_var)"),
     "small bandwidth: values shuffled against their keys": (
         CH1, [("h_small = min_gap /", [("nadaraya_watson(x_train, x_train, y_train, h_small)",
                  "nadaraya_watson(x_train, x_train, y_train.flip(0), h_small)")])],
@@ -100,7 +105,7 @@ def test_check_fails_when_broken(name, monkeypatch):
 @pytest.mark.parametrize("phrase", [LIB_CHECK, "for s, sid in zip(sentences, ids):", "mole_out = out_m.last",
                                     "unit_vectors = F.normalize", "n_short = 5", "perm = torch.randperm(n_mix",
                                     "pred_grid, weights_grid = nadaraya_watson(", "keys = torch.randn(12, 5",
-                                    "pred_train, A = nadaraya_watson(", "n_redraw = 4000", "h_small = min_gap /"])
+                                    "pred_train, A = nadaraya_watson(", REDRAW, "h_small = min_gap /"])
 def test_check_passes_unbroken(phrase):
     cells, namespace = chapter(CH1, LAST, SKIP)
     run(edited(cells, phrase, []), dict(namespace))
