@@ -54,6 +54,10 @@ BROKEN = {
         CH1, [("lib:transformer_lib.embedding:FixedMixing.forward", [("return self.weight.to(x.dtype) @ x", "return x")]),
               ("perm = torch.randperm(n_mix", [])],
         "assert perm_gap > 0.1"),
+    "equivariant mixing: from_weight keeps its random start, not the given matrix": (
+        CH1, [("lib:transformer_lib.embedding:FixedMixing.from_weight", [("layer.weight = nn.Parameter(weight.detach().clone())", "pass")]),
+              ("a, b = 0.7, -0.2", [])],
+        "close(mix_eq(P @ X_set), P @ mix_eq(X_set)"),
     "weights: the kernel left unnormalised": (
         CH1, [("lib:transformer_lib.embedding:nadaraya_watson", [("torch.softmax(-0.5 * (diff / bandwidth) ** 2, dim=-1)",
                                                                    "torch.exp(-0.5 * (diff / bandwidth) ** 2)")]),
@@ -66,6 +70,10 @@ BROKEN = {
         CH1, [("lib:transformer_lib.embedding:nadaraya_watson", [("-0.5 * (diff / bandwidth) ** 2", "-0.5 * (diff * bandwidth) ** 2")]),
               ("pred_train, A = nadaraya_watson(", [])],
         "assert rmse_fit < rmse_noisy and"),
+    "large bandwidth: normalised over the queries": (
+        CH1, [("lib:transformer_lib.embedding:nadaraya_watson", [("** 2, dim=-1)", "** 2, dim=0)")]),
+              ("h_large = 1e4", [])],
+        "close(pred_large, y_train.mean()"),
     "redraws: the squared bias left out of the expected error": (
         CH1, [("pred_train, A = nadaraya_watson(", [("sse_mean = float(bias @ bias + sigma**2", "sse_mean = float(sigma**2")]),
               (REDRAW, [])],
@@ -105,7 +113,8 @@ def test_check_fails_when_broken(name, monkeypatch):
 @pytest.mark.parametrize("phrase", [LIB_CHECK, "for s, sid in zip(sentences, ids):", "mole_out = out_m.last",
                                     "unit_vectors = F.normalize", "n_short = 5", "perm = torch.randperm(n_mix",
                                     "pred_grid, weights_grid = nadaraya_watson(", "keys = torch.randn(12, 5",
-                                    "pred_train, A = nadaraya_watson(", REDRAW, "h_small = min_gap /"])
+                                    "pred_train, A = nadaraya_watson(", REDRAW, "h_small = min_gap /",
+                                    "a, b = 0.7, -0.2", "h_large = 1e4"])
 def test_check_passes_unbroken(phrase):
     cells, namespace = chapter(CH1, LAST, SKIP)
     run(edited(cells, phrase, []), dict(namespace))
