@@ -14,6 +14,7 @@ import importlib
 import inspect
 import io
 import os
+import re
 import textwrap
 import traceback
 
@@ -142,8 +143,10 @@ def check_fails_when_broken(case: tuple, last: str, skip: tuple[str, ...], monke
 
 
 def uncovered_check_cells(stem: str, broken: dict) -> list[str]:
-    """The first lines of the chapter's code cells that assert something and are the check cell of
+    """The first lines of the chapter's code cells that check something (an ``assert``, or a call of
+    ``close``, chapter 1's name for ``torch.testing.assert_close``) and are the check cell of
     no case of ``broken``."""
     cells = code_cells(stem)
     covered = [find(cells, case[1][-1][0]) for case in broken.values() if case[0] == stem]
-    return [cells[i].source.splitlines()[0] for i, c in enumerate(cells) if "assert" in c.source and i not in covered]
+    checks = [i for i, c in enumerate(cells) if "assert" in c.source or re.search(r"(?<![\w.])close\(", c.source)]
+    return [cells[i].source.splitlines()[0] for i in checks if i not in covered]
