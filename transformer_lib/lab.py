@@ -42,7 +42,7 @@ from transformer_lib.train import cross_entropy_loss, evaluate_loss
 __all__ = ["EVAL_WINDOW", "LAB_DEFAULTS", "lr_at", "validation_loss", "load_checkpoint", "sample", "main"]
 
 EVAL_WINDOW = 64
-# The configuration the lab trains by default (the README's), also the size `make bench` times.
+# The configuration the lab trains by default (the README's).
 LAB_DEFAULTS = dict(vocab_size=len(SHAKESPEARE_ALPHABET), d_model=128, layers=2, heads=4, context=64,
                     batch=24, lr=8e-3, warmup=100, clip=1.0, threads=2)
 PROMPT = "KING.\n"
