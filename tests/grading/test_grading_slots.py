@@ -18,7 +18,7 @@ import pytest
 
 from submissions.sandbox_attacks import _name
 from transformer_lib.grading import sandbox, slots
-from transformer_lib.grading._harness import TOKEN_ENV
+from transformer_lib.grading.protocol import TOKEN_ENV
 from transformer_lib.grading.runner import run_notebook
 
 pytestmark = pytest.mark.skipif(sandbox.probe() is not None or os.geteuid() != 0,

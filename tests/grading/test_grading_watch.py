@@ -15,9 +15,9 @@ import torch.nn.functional as F
 
 from repo_paths import REPO
 from transformer_lib.grading._calls import call
-from transformer_lib.grading._harness import Opaque, StudentError, capture
+from transformer_lib.grading._harness import capture
 from transformer_lib.grading.escaping import cap, csv_field, markdown
-from transformer_lib.grading.records import accepted, collect
+from transformer_lib.grading.protocol import Opaque, StudentError, accepted, collect
 
 
 def _softmax_by_cross_entropy(x: torch.Tensor, dim: int = -1) -> torch.Tensor:

@@ -35,7 +35,7 @@ from .judge import Check, CheckResult, SubmissionResult, judge_calls, judge_run,
 from .notebook import check_cells, grade_id, read, validate
 from .prepare import SubmissionError, for_kernel, load_submission, restore_checks
 from .procs import kill_tagged
-from .records import Call
+from .protocol import Call
 from .report import write_reports
 from .costs import refusals
 from .runner import RunResult, allow_runs, run_notebook, stop_all
@@ -85,8 +85,7 @@ def unique_names(paths: list[Path]) -> list[str]:
 
 def bans() -> dict[str, tuple[str, ...]]:
     """Per check name, the functions its exercise switches off (from the judges)."""
-    from . import checks  # noqa: F401 - registers the judges
-    from ._judging import JUDGES
+    from .judges import JUDGES
 
     return {name: spec.bans for name, spec in JUDGES.items()}
 

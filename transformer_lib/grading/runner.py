@@ -36,7 +36,7 @@ from . import slots
 from .notebook import grade_id, is_check
 from ._watch import cell_file, write_secrets
 from .procs import kernel_env, kill_tagged, kill_tree, kill_user
-from .records import Call, collect
+from .protocol import Call, collect
 from .sandbox import (DISK_BYTES, MEMORY_BYTES, command, folder_bytes, python_roots, sandbox_env, sandbox_uid,
                       tree_memory, user_memory)
 
@@ -169,7 +169,7 @@ def run_notebook(nb: nbformat.NotebookNode, cell_timeout: float = 30.0, timeout:
     run's, of the hidden tests (each check cell's derives from it). With ``sandbox`` the worker runs
     in bubblewrap, and the kernel's folders are on the sandbox's size-capped ``/tmp``. ``memory``
     limits each process's address space and all the run's processes together. Of each check cell's
-    records only those it was to write are kept (:func:`~transformer_lib.grading.records.collect`).
+    records only those it was to write are kept (:func:`~transformer_lib.grading.protocol.collect`).
     """
     start = time.perf_counter()
     result = RunResult(token=token_prefix + secrets.token_hex(8))

@@ -113,7 +113,7 @@ _ALL: set[Slot] = set()
 def _zygote_env(home: Path) -> dict[str, str]:
     """The zygote's environment: a kernel's, without a run's token, records and seed (each job brings
     its own), with the slot's home. OMP_NUM_THREADS is in it: OpenMP reads it once, when torch loads."""
-    from ._harness import TOKEN_ENV
+    from .protocol import TOKEN_ENV
 
     env = {k: v for k, v in kernel_env("").items() if k != TOKEN_ENV}
     return sandbox_env(env, home)
