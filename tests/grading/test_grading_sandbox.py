@@ -30,8 +30,8 @@ from repo_paths import REPO
 from submissions import sandbox_attacks as attacks
 from submissions.adversarial import FULL, SOURCE
 from submissions.helpers import as_handed_in
-from transformer_lib.grading import sandbox, slots
-from transformer_lib.grading.notebook import dumps, read, release
+from transformer_lib.grading.run import sandbox, slots
+from transformer_lib.grading.prepare.notebook import dumps, read, release
 
 WHY = sandbox.probe()
 if WHY is not None and os.environ.get("GRADING_SANDBOX_REQUIRED") == "1":

@@ -17,7 +17,7 @@ import torch
 from repo_paths import REPO
 from submissions.helpers import as_handed_in, substitute
 from submissions.wrong import WRONG
-from transformer_lib.grading.notebook import (BEGIN_SOLUTION, END_SOLUTION, dumps, hidden_lines, is_check,
+from transformer_lib.grading.prepare.notebook import (BEGIN_SOLUTION, END_SOLUTION, dumps, hidden_lines, is_check,
                                               is_solution, read, regions, release)
 from transformer_lib.grading.student import REGISTER, differs, write_copy
 
@@ -113,7 +113,7 @@ def test_stored_values_are_compared_with_the_judges_tolerance():
 _RUN = textwrap.dedent("""
     import contextlib, io, json, sys
     import nbformat, transformer_lib
-    from transformer_lib.grading.notebook import grade_id, is_check
+    from transformer_lib.grading.prepare.notebook import grade_id, is_check
     nb, ns, found = nbformat.read(sys.argv[1], as_version=4), {"__name__": "__main__"}, {}
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "code":

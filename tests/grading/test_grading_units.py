@@ -22,13 +22,13 @@ from repo_paths import REPO
 from submissions.helpers import run_inprocess
 from transformer_lib.grading import checks
 from transformer_lib.grading.checks import ch02_attention
-from transformer_lib.grading.judge import CheckResult, SubmissionResult, judge_calls
+from transformer_lib.grading.judges.verdicts import CheckResult, SubmissionResult, judge_calls
 from transformer_lib.grading.judges import common as judging
-from transformer_lib.grading.notebook import IMPORT_CHECKS, check_cells, grade_id, read, release
-from transformer_lib.grading.prepare import (CELL_FUNCTION, SubmissionError, for_kernel, kernel_files,
+from transformer_lib.grading.prepare.notebook import IMPORT_CHECKS, check_cells, grade_id, read, release
+from transformer_lib.grading.prepare.submission import (CELL_FUNCTION, SubmissionError, for_kernel, kernel_files,
                                              load_submission, loader, restore_checks)
 from transformer_lib.grading.protocol import RECORD_ENV, SEED_ENV, Opaque, load_calls
-from transformer_lib.grading.report import feedback_markdown, results_json
+from transformer_lib.grading.report.feedback import feedback_markdown, results_json
 
 SOURCE = REPO / "exercises" / "source" / "02_building_up_attention.ipynb"
 

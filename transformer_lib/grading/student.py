@@ -31,11 +31,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from .protocol import CheckFailed, Opaque, pack, typename, unpack
 from .judges.common import JUDGES, Judge, show
-from .notebook import check_cells, dumps, grade_id, is_check, read, release, strip_hidden, validate
-from .prepare import FOLDER, for_kernel, restore_checks
-from .runner import allow_runs
+from .prepare.notebook import check_cells, dumps, grade_id, is_check, read, release, strip_hidden, validate
+from .prepare.submission import FOLDER, for_kernel, restore_checks
+from .protocol import CheckFailed, Opaque, pack, typename, unpack
+from .run.runner import allow_runs
 
 REPO = FOLDER.parents[1]
 RELEASED = FOLDER / "released"  # in a student copy: the released notebooks and expected.npz
@@ -215,9 +215,9 @@ def visible_run(path: Path, cell_timeout: float, timeout: float) -> dict[str, li
     """The visible check calls of instructor notebook ``path`` run as the grader runs it (its
     hidden-test regions removed), each checked by the real judges: ``{check name: [stored call]}``."""
     from . import judges  # noqa: F401 - registers the judges
-    from .judge import judge_calls
-    from .procs import kill_tagged
-    from .runner import run_notebook  # noqa: PLC0415
+    from .judges.verdicts import judge_calls
+    from .run.procs import kill_tagged
+    from .run.runner import run_notebook  # noqa: PLC0415
 
     nb = read(path)
     validate(nb)
@@ -269,7 +269,8 @@ def write_copy(dest: Path | str, repo: Path = REPO, jobs: int = 2, cell_timeout:
                timeout: float = 900.0) -> list[Path]:
     """Write the student copy of the course at ``repo`` into ``dest`` (which must not exist or be
     empty); return the exercise notebooks written. Raises ReleaseError if a check fails on an
-    instructor notebook, :class:`~transformer_lib.grading.notebook.MarkerError` if one is malformed."""
+    instructor notebook, :class:`~transformer_lib.grading.prepare.notebook.MarkerError` if one is
+    malformed."""
     dest, sources = Path(dest), sorted((repo / "exercises" / "source").glob("*.ipynb"))
     if not sources:
         raise ReleaseError(f"no instructor notebooks in {repo / 'exercises' / 'source'}: make the student copy from "

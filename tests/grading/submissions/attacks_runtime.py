@@ -14,7 +14,7 @@ import copy
 
 import nbformat
 
-from transformer_lib.grading.notebook import grade_id
+from transformer_lib.grading.prepare.notebook import grade_id
 
 from .helpers import as_handed_in, substitute
 

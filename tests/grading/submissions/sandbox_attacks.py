@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from transformer_lib.grading.notebook import dumps, read
+from transformer_lib.grading.prepare.notebook import dumps, read
 
 from .adversarial import SOURCE, _prepend_to
 from .helpers import as_handed_in

@@ -13,7 +13,8 @@ has two halves, in two files of the same name:
 
 While a student works, a check judges at once and prints one ``✓`` line or raises. Under grading
 the kernel loads this package alone and records; the grader judges
-(:mod:`~transformer_lib.grading.judge`), and in the sandbox the judges' folder is not there at all.
+(:mod:`~transformer_lib.grading.judges.verdicts`), and in the sandbox the judges' folder is not
+there at all.
 Shared helpers: ``grading/_harness.py`` and ``grading/_calls.py`` (kernel side),
 ``grading/judges/common.py`` (judges) and ``grading/protocol.py`` (what both sides share: the
 error types, the environment names, the record format).

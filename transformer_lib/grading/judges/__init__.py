@@ -14,7 +14,6 @@ repository a check imports it when it judges at once. A student copy ships this 
 the chapters' modules: its ``__init__`` registers judges that compare with stored expected values
 (:mod:`~transformer_lib.grading.student`).
 """
-from .common import JUDGES, judge_here, render, verdict
 from . import ch01_embeddings  # noqa: F401
 from . import ch02_attention  # noqa: F401
 from . import ch02_permutation  # noqa: F401
@@ -32,5 +31,6 @@ from . import ch10_efficient  # noqa: F401
 from . import ch11_pairs  # noqa: F401
 from . import ch11_tokens  # noqa: F401
 from . import ch12_scaling  # noqa: F401
+from .common import JUDGES, judge_here, render, verdict
 
 __all__ = ["JUDGES", "judge_here", "render", "verdict"]

@@ -9,7 +9,7 @@ Nothing the kernel decided is trusted. A check earns its points iff
   judge's ``compare`` outputs the outcome equals the instructor's;
 - its cell ran to its end without an error;
 - the grader's reading of the source refused nothing that costs it its points
-  (:mod:`~transformer_lib.grading.rules`), and the watch in the kernel noted nothing (a banned
+  (:mod:`~transformer_lib.grading.prepare.rules`), and the watch in the kernel noted nothing (a banned
   function, code run while the result was read, a namespace of torch's changed, …: the outcome
   says so, with the line of the notebook's code it happened on, which :func:`caught` finds).
 
@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from .escaping import cap
-from .judges import render, verdict
-from .protocol import BUILTIN_ERRORS, Call, CheckFailed
-from .rules import Refusal
-from .runner import RunResult
+from ..prepare.rules import Refusal
+from ..protocol import BUILTIN_ERRORS, Call, CheckFailed
+from ..report.escaping import cap
+from ..run.runner import RunResult
+from . import render, verdict
 
 
 @dataclass

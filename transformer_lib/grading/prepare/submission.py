@@ -33,7 +33,7 @@ from nbformat import NotebookNode
 
 from .notebook import IMPORT_CHECKS, check_cells, grade_id, is_check, strip_hidden
 
-FOLDER = Path(__file__).resolve().parent
+FOLDER = Path(__file__).resolve().parents[1]  # the grading package
 
 MAX_SUBMISSION_BYTES = 20_000_000
 
