@@ -9,6 +9,7 @@ import json
 import math
 import os
 import re
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -108,6 +109,15 @@ def test_checks_record_only_when_the_grader_asks_and_then_judge_nothing(tmp_path
     assert capsys.readouterr().out.count("✓") == 0
     assert call.check == "stable_softmax" and call.hidden == 0 and len(call.cases) == len(call.outs) == 1
     assert torch.equal(call.outs[0]["out"], call.cases[0]["x"]) and call.outs[0]["out"].dtype == torch.float32
+
+
+def test_the_protocol_both_sides_share_imports_neither_torch_nor_a_side():
+    """protocol.py holds the error types, the environment names and the record format: a process
+    that imports it has loaded no torch, no kernel half and no judge."""
+    code = ("import sys, transformer_lib.grading.protocol; "
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('transformer_lib.grading.')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.stdout.split() == ["['transformer_lib.grading.protocol']"], done.stderr[-2000:]
 
 
 def test_records_keep_dtypes_and_shapes_and_never_unpickle(tmp_path, monkeypatch):
