@@ -24,9 +24,9 @@ from repo_paths import REPO
 sys.path.insert(0, str(REPO / "tests" / "grading"))  # the known-wrong submissions live with the grading tests
 from submissions.helpers import as_handed_in, substitute  # noqa: E402
 from submissions.wrong import WRONG  # noqa: E402
-from transformer_lib.grading import sandbox  # noqa: E402
+from transformer_lib.grading.run import sandbox  # noqa: E402
 from transformer_lib.grading.__main__ import parser  # noqa: E402
-from transformer_lib.grading.notebook import dumps, read, release  # noqa: E402
+from transformer_lib.grading.prepare.notebook import dumps, read, release  # noqa: E402
 
 GUIDES = sorted((REPO / "guides").glob("*.md")) + [REPO / "README.md"]
 SAMPLES = REPO / "guides" / "samples"
@@ -138,7 +138,7 @@ def test_the_class_report_and_the_feedback_shown_are_what_the_grader_writes(guid
 
 def test_the_check_report_shown_is_what_check_prints(tmp_path, monkeypatch):
     from test_grading_check import out_of_order
-    from transformer_lib.grading.check import format_report, presubmit
+    from transformer_lib.grading.presubmit import format_report, presubmit
 
     (tmp_path / "exercises").mkdir()
     monkeypatch.chdir(tmp_path)  # a relative path, as the student types it: the report wraps the same anywhere

@@ -78,7 +78,7 @@ def test_the_other_places_take_torch_from_torch_txt():
     with open(REPO / "pyproject.toml", "rb") as fh:
         deps = tomllib.load(fh)["project"]["dependencies"]
     assert f"torch=={version}" in deps
-    from transformer_lib.grading import gradescope
+    from transformer_lib.grading.report import gradescope
 
     assert gradescope.TORCH_INDEX == doctor.torch_pin(TORCH_FILE)[0]
     for where, commands in (("Makefile", makefile_installs()), ("binder/postBuild", postbuild_installs())):

@@ -7,7 +7,7 @@ import pytest
 from transformer_lib.config import ModelConfig
 from transformer_lib.counting import forward_flops, param_count
 from transformer_lib.grading import checks
-from transformer_lib.grading.checks import ch09_counting
+from transformer_lib.grading.judges import ch09_counting
 
 SMALL = dict(checks.EXAMPLE_CONFIG, vocab_size=321, n_ctx=40, d_model=48, n_layers=2, n_heads=6,
              n_kv_heads=3, d_ff=100)

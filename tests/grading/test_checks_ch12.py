@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from transformer_lib.grading import checks
-from transformer_lib.grading._harness import SEED_ENV
+from transformer_lib.grading.protocol import SEED_ENV
 from transformer_lib.grading.checks import ch12_scaling
 from transformer_lib.scaling import isoflop_optima, peak_lr, read_sweep
 

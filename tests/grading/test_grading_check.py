@@ -10,11 +10,11 @@ import pytest
 
 from repo_paths import REPO
 from submissions.helpers import as_handed_in, records_of, substitute
-from transformer_lib.grading import check as check_module
+from transformer_lib.grading import presubmit as check_module
 from transformer_lib.grading.__main__ import main
-from transformer_lib.grading.check import LIMITS, format_report, presubmit
-from transformer_lib.grading.notebook import check_cells, dumps, grade_id, hidden_lines, is_check, read, release
-from transformer_lib.grading.runner import RunResult
+from transformer_lib.grading.presubmit import LIMITS, format_report, presubmit
+from transformer_lib.grading.prepare.notebook import check_cells, dumps, grade_id, hidden_lines, is_check, read, release
+from transformer_lib.grading.run.runner import RunResult
 
 STEM = "02_building_up_attention"
 SOURCE = REPO / "exercises" / "source" / f"{STEM}.ipynb"

@@ -17,14 +17,14 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 from repo_paths import REPO  # noqa: E402
 from submissions.helpers import as_handed_in, run_inprocess, substitute  # noqa: E402
 from submissions.wrong import WRONG  # noqa: E402
-from transformer_lib.grading.classreport import (class_report_markdown, histogram, message_class,  # noqa: E402
+from transformer_lib.grading.report.classreport import (class_report_markdown, histogram, message_class,  # noqa: E402
                                                  summarise, write_class_report)
 from transformer_lib.grading.grade import bans, unique_names  # noqa: E402
-from transformer_lib.grading.judge import Check, CheckResult, SubmissionResult  # noqa: E402
-from transformer_lib.grading.notebook import check_cells, dumps, grade_id, read  # noqa: E402
-from transformer_lib.grading.prepare import restore_checks  # noqa: E402
-from transformer_lib.grading.costs import refusals  # noqa: E402
-from transformer_lib.grading.rules import Refusal  # noqa: E402
+from transformer_lib.grading.judges.verdicts import Check, CheckResult, SubmissionResult  # noqa: E402
+from transformer_lib.grading.prepare.notebook import check_cells, dumps, grade_id, read  # noqa: E402
+from transformer_lib.grading.prepare.submission import restore_checks  # noqa: E402
+from transformer_lib.grading.prepare.costs import refusals  # noqa: E402
+from transformer_lib.grading.prepare.rules import Refusal  # noqa: E402
 
 STEM = "02_building_up_attention"
 SOURCE = REPO / "exercises" / "source" / f"{STEM}.ipynb"

@@ -25,7 +25,7 @@ import pytest
 
 from repo_paths import REPO
 from submissions.adversarial import FULL, SOURCE, build, sigterm, time_limits
-from transformer_lib.grading.notebook import check_cells, grade_id, read
+from transformer_lib.grading.prepare.notebook import check_cells, grade_id, read
 
 GRADE_IDS = [grade_id(c) for _, c in check_cells(read(SOURCE))]
 GENEROUS = ("--cell-timeout", "120", "--timeout", "600")

@@ -17,7 +17,7 @@ import tokenize
 import pytest
 
 from repo_paths import REPO
-from transformer_lib.grading.notebook import BEGIN_SOLUTION, END_SOLUTION, grade_id, is_solution, read, regions
+from transformer_lib.grading.prepare.notebook import BEGIN_SOLUTION, END_SOLUTION, grade_id, is_solution, read, regions
 
 SOURCES = sorted((REPO / "exercises" / "source").glob("*.ipynb"))
 MIN_LENGTH = 20  # shorter lines (`return x`, `H = X @ W1 + b1`) say too little to count as copied

@@ -15,7 +15,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 from repo_paths import REPO  # noqa: E402
 from submissions.helpers import as_handed_in, records_of, run_inprocess, substitute  # noqa: E402
 from submissions.wrong import HIDDEN_ONLY, WRONG  # noqa: E402
-from transformer_lib.grading.notebook import check_cells, grade_id, read  # noqa: E402
+from transformer_lib.grading.prepare.notebook import check_cells, grade_id, read  # noqa: E402
 
 SOURCES = sorted((REPO / "exercises" / "source").glob("*.ipynb"))
 # A known-wrong answer (8.3's loss as a float) makes torch warn; the warning is the student's to read.
@@ -121,7 +121,7 @@ def test_check_cells_state_their_points(stem):
 def test_only_check_cells_use_the_checks(stem):
     """Under grading and `check` only check cells load the checks (the import line is taken out of
     every other cell), so a cell that reads data from them fails there: it holds its data itself."""
-    from transformer_lib.grading.notebook import IMPORT_CHECKS, is_check
+    from transformer_lib.grading.prepare.notebook import IMPORT_CHECKS, is_check
     for cell in _source(stem).cells:
         if cell.cell_type == "code" and not is_check(cell):
             rest = "\n".join(line for line in cell.source.splitlines() if line.strip() != IMPORT_CHECKS)
@@ -151,7 +151,7 @@ def test_each_exercise_box_lists_what_is_off_limits(stem):
     """The functions a judge switches off (and the grader refuses in the source) are the ones the
     exercise's box names on its **Off limits:** line; the intro box states the grader's rules."""
     from transformer_lib.grading.grade import bans
-    from transformer_lib.grading.costs import exercises
+    from transformer_lib.grading.prepare.costs import exercises
 
     student = read(REPO / "exercises" / f"{stem}.ipynb")
     assert "The grader reads your code before it runs it" in student.cells[0].source

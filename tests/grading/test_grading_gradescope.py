@@ -15,7 +15,7 @@ import pytest
 
 from repo_paths import REPO
 from submissions.helpers import as_handed_in
-from transformer_lib.grading.notebook import dumps, read, release
+from transformer_lib.grading.prepare.notebook import dumps, read, release
 
 SOURCE = REPO / "exercises" / "source" / "01_data_independent_weights.ipynb"
 

@@ -23,7 +23,7 @@ import pytest
 
 from repo_paths import REPO
 from submissions.helpers import as_handed_in
-from transformer_lib.grading.notebook import check_cells, dumps, read
+from transformer_lib.grading.prepare.notebook import check_cells, dumps, read
 
 pytest.importorskip("nbgrader")
 

@@ -22,8 +22,8 @@ import pytest
 from repo_paths import REPO
 from submissions import attacks, attacks_runtime, attacks_static
 from submissions.helpers import as_handed_in, substitute
-from transformer_lib.grading import sandbox
-from transformer_lib.grading.notebook import check_cells, dumps, grade_id, read, release
+from transformer_lib.grading.run import sandbox
+from transformer_lib.grading.prepare.notebook import check_cells, dumps, grade_id, read, release
 
 ATTACKS = {stem: {**attacks.ATTACKS.get(stem, {}), **attacks_runtime.ATTACKS.get(stem, {}),
                   **{name: (edit, attacked) for name, (edit, attacked, _) in attacks_static.ATTACKS.get(stem, {}).items()}}

@@ -34,9 +34,9 @@ import warnings
 import pytest
 
 from repo_paths import REPO
-from transformer_lib.grading import rules
-from transformer_lib.grading.notebook import read
-from transformer_lib.grading.reach import WALKED_THOUGH_REFUSED, reach
+from transformer_lib.grading.prepare import rules
+from transformer_lib.grading.prepare.notebook import read
+from transformer_lib.grading.prepare.reach import WALKED_THOUGH_REFUSED, reach
 
 DEPTH = 3
 INTERPRETER_MODULES = (sys, os, subprocess, importlib, ctypes, inspect, threading, gc, io, shutil, signal, pickle,

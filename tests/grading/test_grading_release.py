@@ -10,7 +10,7 @@ import nbformat
 import pytest
 
 from repo_paths import REPO
-from transformer_lib.grading.notebook import (BEGIN_HIDDEN, BEGIN_SOLUTION, END_HIDDEN, END_SOLUTION,
+from transformer_lib.grading.prepare.notebook import (BEGIN_HIDDEN, BEGIN_SOLUTION, END_HIDDEN, END_SOLUTION,
                                               CODE_STUB, MarkerError, dumps, grade_id, hidden_lines,
                                               is_check, is_solution, read, regions, release, release_all)
 

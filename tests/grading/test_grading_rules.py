@@ -1,4 +1,4 @@
-"""The grader's reading of a submission's source (transformer_lib.grading.rules): each construct that
+"""The grader's reading of a submission's source (transformer_lib.grading.prepare.rules): each construct that
 escapes the checks is refused, naming the line; ordinary exercise code is not; a refusal costs its
 exercise, and the exercises whose code uses what the refused cell defined, their points (costs)."""
 from __future__ import annotations
@@ -11,10 +11,10 @@ import pytest
 from repo_paths import REPO
 from transformer_lib.grading.grade import bans
 from submissions.helpers import as_handed_in
-from transformer_lib.grading.notebook import grade_id, is_check, read, release
-from transformer_lib.grading.prepare import restore_checks
-from transformer_lib.grading.costs import exercises, refusals
-from transformer_lib.grading.rules import read_cell
+from transformer_lib.grading.prepare.notebook import grade_id, is_check, read, release
+from transformer_lib.grading.prepare.submission import restore_checks
+from transformer_lib.grading.prepare.costs import exercises, refusals
+from transformer_lib.grading.prepare.rules import read_cell
 
 SOURCES = sorted((REPO / "exercises" / "source").glob("*.ipynb"))
 

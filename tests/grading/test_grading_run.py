@@ -18,16 +18,16 @@ from repo_paths import REPO
 from submissions.adversarial import FULL
 from submissions.helpers import as_handed_in, records_of
 from transformer_lib.grading import grade as grade_module
-from transformer_lib.grading._harness import RECORD_ENV, SEED_ENV, TOKEN_ENV
-from transformer_lib.grading._judging import error_message
+from transformer_lib.grading.protocol import RECORD_ENV, SEED_ENV, TOKEN_ENV
+from transformer_lib.grading.judges.common import error_message
 from transformer_lib.grading.grade import (CheckResult, GradingError, GradingInterrupted, SubmissionResult, grade,
                                            unique_names)
-from transformer_lib.grading.judge import Check, cell_error
-from transformer_lib.grading.notebook import check_cells, dumps, grade_id, read
-from transformer_lib.grading.procs import kernel_env, kill_tagged
-from transformer_lib.grading.records import load_calls
-from transformer_lib.grading.report import write_reports
-from transformer_lib.grading.runner import RunResult, _read_events
+from transformer_lib.grading.judges.verdicts import Check, cell_error
+from transformer_lib.grading.prepare.notebook import check_cells, dumps, grade_id, read
+from transformer_lib.grading.run.procs import kernel_env, kill_tagged
+from transformer_lib.grading.protocol import load_calls
+from transformer_lib.grading.report.feedback import write_reports
+from transformer_lib.grading.run.runner import RunResult, _read_events
 
 SOURCE = REPO / "exercises" / "source" / "02_building_up_attention.ipynb"
 

@@ -28,8 +28,8 @@ import pytest
 from repo_paths import REPO
 from submissions.adversarial import SOURCE
 from submissions.attacks_runtime import CHAPTER_2, HTML
-from transformer_lib.grading import sandbox
-from transformer_lib.grading.notebook import check_cells, dumps, grade_id, read
+from transformer_lib.grading.run import sandbox
+from transformer_lib.grading.prepare.notebook import check_cells, dumps, grade_id, read
 
 WHY = sandbox.probe()
 if WHY is not None and os.environ.get("GRADING_SANDBOX_REQUIRED") == "1":

@@ -3,7 +3,7 @@
 One run with ``--sandbox bwrap`` (as root: once with warm sandboxes, once with a fresh one per
 submission) grades a correct and a blank submission and one submission per
 attack (see ``submissions/sandbox_attacks.py``): reading the instructor notebook, reading
-another submission, a TCP connection to a server this test opens on 127.0.0.1, writing into
+another submission, reading the judges in the library's folder, a TCP connection to a server this test opens on 127.0.0.1, writing into
 the repository and $HOME, SIGTERM to the grader, a fork bomb, a 64 GB allocation, and several
 processes that together hold more memory than allowed. The grader's reading of the source refuses
 the code of most of them (exercise 2.2 scores 0), but it still runs: the sandbox must stop it, and
@@ -30,8 +30,8 @@ from repo_paths import REPO
 from submissions import sandbox_attacks as attacks
 from submissions.adversarial import FULL, SOURCE
 from submissions.helpers import as_handed_in
-from transformer_lib.grading import sandbox, slots
-from transformer_lib.grading.notebook import dumps, read, release
+from transformer_lib.grading.run import sandbox, slots
+from transformer_lib.grading.prepare.notebook import dumps, read, release
 
 WHY = sandbox.probe()
 if WHY is not None and os.environ.get("GRADING_SANDBOX_REQUIRED") == "1":
@@ -75,6 +75,7 @@ def _harmless_attacks(subs, server, outside_files) -> dict[str, str]:
     other.parent.mkdir()
     other.write_text(dumps(as_handed_in(read(SOURCE))), encoding="utf-8")
     return {"read_instructor": attacks.read_instructor(SOURCE), "read_other": attacks.read_other(other),
+            "read_judges": attacks.read_judges(REPO / "transformer_lib" / "grading" / "judges"),
             "connect": attacks.connect(server), "write_outside": attacks.write_outside(outside_files),
             "allocate_64_gb": attacks.ALLOCATE_64_GB}
 
@@ -139,8 +140,8 @@ def test_what_the_grader_allows_earns_its_points(sandboxed, name):
 
 
 @needs_bwrap
-@pytest.mark.parametrize("name", ["read_instructor", "read_other", "connect", "write_outside", "signal_grader",
-                                  "fork_bomb"])
+@pytest.mark.parametrize("name", ["read_instructor", "read_other", "read_judges", "connect", "write_outside",
+                                  "signal_grader", "fork_bomb"])
 def test_each_attack_fails_in_the_sandbox(sandboxed, name):
     """Refused (2.2 scores 0) but run: stopped by the sandbox. Judged all the same, 2.2's check fails only
     because the kernel's watch noted the attack (a fork: from there on no check trusts the kernel, so the
@@ -182,7 +183,7 @@ def test_no_sandboxed_process_outlives_the_run(sandboxed):
     assert not left
 
 
-@pytest.mark.parametrize("name", ["read_instructor", "read_other", "connect", "write_outside"])
+@pytest.mark.parametrize("name", ["read_instructor", "read_other", "read_judges", "connect", "write_outside"])
 def test_without_the_sandbox_the_same_attacks_succeed(unsandboxed, name):
     """The attack raises where it succeeds, so stable_softmax is never defined."""
     result, out, _, _ = unsandboxed

@@ -1,4 +1,4 @@
-"""Warm sandboxes (``transformer_lib.grading.slots`` and ``zygote``): used when the grader is root.
+"""Warm sandboxes (``transformer_lib.grading.run.slots`` and ``zygote``): used when the grader is root.
 
 A kernel forked from the warm process must behave like one started afresh, and two runs of
 one slot, which follow each other in the same sandbox, must not see each other: no file, no
@@ -17,9 +17,9 @@ import psutil
 import pytest
 
 from submissions.sandbox_attacks import _name
-from transformer_lib.grading import sandbox, slots
-from transformer_lib.grading._harness import TOKEN_ENV
-from transformer_lib.grading.runner import run_notebook
+from transformer_lib.grading.run import sandbox, slots
+from transformer_lib.grading.protocol import TOKEN_ENV
+from transformer_lib.grading.run.runner import run_notebook
 
 pytestmark = pytest.mark.skipif(sandbox.probe() is not None or os.geteuid() != 0,
                                 reason="warm sandboxes need bubblewrap and a grader running as root")

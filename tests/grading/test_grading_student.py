@@ -17,9 +17,8 @@ import torch
 from repo_paths import REPO
 from submissions.helpers import as_handed_in, substitute
 from submissions.wrong import WRONG
-from transformer_lib.grading.notebook import (BEGIN_SOLUTION, END_SOLUTION, dumps, hidden_lines, is_check,
+from transformer_lib.grading.prepare.notebook import (BEGIN_SOLUTION, END_SOLUTION, dumps, hidden_lines, is_check,
                                               is_solution, read, regions, release)
-from transformer_lib.grading.prepare import JUDGING_LINE, kernel_half
 from transformer_lib.grading.student import REGISTER, differs, write_copy
 
 SOURCES = sorted((REPO / "exercises" / "source").glob("*.ipynb"))
@@ -59,7 +58,7 @@ def _secrets() -> dict[str, str]:
     public: set[str] = set()
     for top in PUBLISHED:
         for path in (REPO / top).rglob("*"):
-            if path.is_file() and path.suffix in (".py", ".ipynb", ".md") and "checks" not in path.parts:
+            if path.is_file() and path.suffix in (".py", ".ipynb", ".md") and not {"checks", "judges"} & set(path.parts):
                 public |= _lines(path)
     for src in SOURCES:
         public |= {_norm(line) for c in release(read(src)).cells for line in c.source.splitlines()}
@@ -93,11 +92,10 @@ def test_no_instructor_notebook_and_no_judge_is_in_the_copy(copy):
         assert (copy / "exercises" / src.name).read_text(encoding="utf-8") == dumps(release(read(src)))
     modules = sorted((REPO / "transformer_lib" / "grading" / "checks").glob("ch[0-9]*.py"))
     assert modules
-    for module in modules:  # every chapter's checks: the kernel half alone, then the stored values' judges
-        text = module.read_text(encoding="utf-8")
-        assert JUDGING_LINE in text
-        shipped = (copy / module.relative_to(REPO)).read_text(encoding="utf-8")
-        assert shipped == kernel_half(text) + REGISTER
+    for module in modules:  # every chapter's checks: the kernel half, whole
+        assert (copy / module.relative_to(REPO)).read_text(encoding="utf-8") == module.read_text(encoding="utf-8")
+    judges = copy / "transformer_lib" / "grading" / "judges"  # no chapter's judges: the stored values' judges
+    assert not list(judges.glob("ch[0-9]*.py")) and (judges / "__init__.py").read_text(encoding="utf-8") == REGISTER
     python = "\n".join(p.read_text(encoding="utf-8") for p in (copy / "transformer_lib").rglob("*.py"))
     assert "@judge(" not in python and "_reference_model" not in python
 
@@ -115,7 +113,7 @@ def test_stored_values_are_compared_with_the_judges_tolerance():
 _RUN = textwrap.dedent("""
     import contextlib, io, json, sys
     import nbformat, transformer_lib
-    from transformer_lib.grading.notebook import grade_id, is_check
+    from transformer_lib.grading.prepare.notebook import grade_id, is_check
     nb, ns, found = nbformat.read(sys.argv[1], as_version=4), {"__name__": "__main__"}, {}
     for i, cell in enumerate(nb.cells):
         if cell.cell_type == "code":

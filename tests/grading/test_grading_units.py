@@ -4,9 +4,12 @@ messages, bans and bookkeeping. (The grading run itself: tests/grading/test_grad
 from __future__ import annotations
 
 import copy
+import importlib
 import json
 import math
 import os
+import re
+import subprocess
 import sys
 import types
 from pathlib import Path
@@ -18,15 +21,15 @@ import torch
 
 from repo_paths import REPO
 from submissions.helpers import run_inprocess
-from transformer_lib.grading import _judging, checks
-from transformer_lib.grading._harness import RECORD_ENV, SEED_ENV, Opaque
+from transformer_lib.grading import checks
 from transformer_lib.grading.checks import ch02_attention
-from transformer_lib.grading.judge import CheckResult, SubmissionResult, judge_calls
-from transformer_lib.grading.notebook import IMPORT_CHECKS, check_cells, grade_id, read, release
-from transformer_lib.grading.prepare import (CELL_FUNCTION, JUDGING_LINE, SubmissionError, for_kernel, kernel_files,
+from transformer_lib.grading.judges.verdicts import CheckResult, SubmissionResult, judge_calls
+from transformer_lib.grading.judges import common as judging
+from transformer_lib.grading.prepare.notebook import IMPORT_CHECKS, check_cells, grade_id, read, release
+from transformer_lib.grading.prepare.submission import (CELL_FUNCTION, SubmissionError, for_kernel, kernel_files,
                                              load_submission, loader, restore_checks)
-from transformer_lib.grading.records import load_calls
-from transformer_lib.grading.report import feedback_markdown, results_json
+from transformer_lib.grading.protocol import RECORD_ENV, SEED_ENV, Opaque, load_calls
+from transformer_lib.grading.report.feedback import feedback_markdown, results_json
 
 SOURCE = REPO / "exercises" / "source" / "02_building_up_attention.ipynb"
 
@@ -108,6 +111,15 @@ def test_checks_record_only_when_the_grader_asks_and_then_judge_nothing(tmp_path
     assert torch.equal(call.outs[0]["out"], call.cases[0]["x"]) and call.outs[0]["out"].dtype == torch.float32
 
 
+def test_the_protocol_both_sides_share_imports_neither_torch_nor_a_side():
+    """protocol.py holds the error types, the environment names and the record format: a process
+    that imports it has loaded no torch, no kernel half and no judge."""
+    code = ("import sys, transformer_lib.grading.protocol; "
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('transformer_lib.grading.')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert done.stdout.split() == ["['transformer_lib.grading.protocol']"], done.stderr[-2000:]
+
+
 def test_records_keep_dtypes_and_shapes_and_never_unpickle(tmp_path, monkeypatch):
     (call,) = _recorded(tmp_path, monkeypatch, hidden=1)
     assert [c["x"].dtype for c in call.cases] == [torch.float32, torch.float64] and call.hidden == 1
@@ -156,17 +168,17 @@ def test_hidden_inputs_change_with_the_grading_run_s_seed(tmp_path, monkeypatch)
 
 def test_a_hidden_test_s_message_shows_neither_inputs_nor_values():
     message = "score_std(64): that is the variance Var(qᵀk) = d_k\n  expected: 8.0\n  got:      64.0"
-    shown = _judging.render(message, hidden=True)
+    shown = judging.render(message, hidden=True)
     assert shown == "a hidden test (other inputs) fails: score_std(#): that is the variance Var(qᵀk) = d_k"
-    assert _judging.render(message, hidden=False) == message
+    assert judging.render(message, hidden=False) == message
 
 
 def test_a_hidden_test_s_message_names_the_kind_of_input_and_never_sends_to_the_passing_cell():
-    raised = _judging.error_message({"error": "raised", "detail": "RuntimeError"}, "attention(Q, K, V)")
-    shown = _judging.render(raised, hidden=True, kind="batched, n ≠ m")
+    raised = judging.error_message({"error": "raised", "detail": "RuntimeError"}, "attention(Q, K, V)")
+    shown = judging.render(raised, hidden=True, kind="batched, n ≠ m")
     assert shown.startswith("a hidden test (other inputs: batched, n ≠ m) fails: your code raised RuntimeError")
     assert "run the check cell" not in shown and "on such an input in your notebook" in shown
-    named = _judging.error_message({"error": "shape", "detail": "keepdim"}, "stable_softmax(x, dim)")
+    named = judging.error_message({"error": "shape", "detail": "keepdim"}, "stable_softmax(x, dim)")
     assert "the row sums need keepdim=True to broadcast" in named
 
 
@@ -263,13 +275,15 @@ def test_the_kernel_half_holds_no_judge_and_ignores_earlier_patches(monkeypatch)
 
 @pytest.mark.parametrize("path", sorted((REPO / "transformer_lib" / "grading" / "checks").glob("ch*.py")),
                          ids=lambda p: p.stem)
-def test_each_chapter_module_has_one_judging_line_and_judges_every_check(path):
-    text = path.read_text(encoding="utf-8")
-    assert [ln for ln in text.splitlines() if ln.startswith(JUDGING_LINE)] != [] and text.count(JUDGING_LINE) == 1
-    kernel = text.split(JUDGING_LINE)[0]
-    assert "_judging" not in kernel and "_checktools" not in text
-    for name in __import__("re").findall(r"^def check_(\w+)\(", kernel, __import__("re").M):
-        assert name in _judging.JUDGES, f"{path.stem}: check_{name} has no judge named {name!r}"
+def test_each_chapter_has_a_kernel_half_without_judges_and_a_judge_for_every_check(path):
+    kernel = path.read_text(encoding="utf-8")
+    assert "judg" not in "".join(ln for ln in kernel.splitlines() if ln.startswith(("from ", "import ")))
+    assert "@judge(" not in kernel and "_checktools" not in kernel
+    importlib.import_module(f"transformer_lib.grading.judges.{path.stem}")  # the chapter's judges, beside it
+    names = re.findall(r"^def check_(\w+)\(", kernel, re.M)
+    assert names
+    for name in names:
+        assert name in judging.JUDGES, f"{path.stem}: check_{name} has no judge named {name!r}"
 
 
 def test_a_check_cell_runs_as_a_function_and_leaves_nothing_behind(tmp_path, monkeypatch):
@@ -286,8 +300,8 @@ def test_a_check_cell_runs_as_a_function_and_leaves_nothing_behind(tmp_path, mon
 
 
 def test_a_check_cell_loads_only_the_chapters_whose_checks_the_notebook_calls():
-    assert kernel_files({"check_stable_softmax", "check_attention"}) == ("_harness", "_calls", "checks.ch02_attention",
-                                                                         "checks")
+    assert kernel_files({"check_stable_softmax", "check_attention"}) == ("protocol", "_harness", "_calls",
+                                                                         "checks.ch02_attention", "checks")
     assert len(kernel_files({"check_stable_softmax", "check_no_such_thing"})) == len(kernel_files())
     loaded = _kernel_checks("_grading_test_kernel_ch02", names={"check_stable_softmax"})
     assert loaded.check_stable_softmax.__module__.endswith("checks.ch02_attention")

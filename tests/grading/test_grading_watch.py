@@ -15,9 +15,9 @@ import torch.nn.functional as F
 
 from repo_paths import REPO
 from transformer_lib.grading._calls import call
-from transformer_lib.grading._harness import Opaque, StudentError, capture
-from transformer_lib.grading.escaping import cap, csv_field, markdown
-from transformer_lib.grading.records import accepted, collect
+from transformer_lib.grading._harness import capture
+from transformer_lib.grading.report.escaping import cap, csv_field, markdown
+from transformer_lib.grading.protocol import Opaque, StudentError, accepted, collect
 
 
 def _softmax_by_cross_entropy(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -98,7 +98,7 @@ KERNEL = textwrap.dedent('''
     import json, sys, tempfile, torch
     from transformer_lib.grading import _watch
     from transformer_lib.grading._calls import ask_watch
-    from transformer_lib.grading.sandbox import python_roots
+    from transformer_lib.grading.run.sandbox import python_roots
 
     path = tempfile.mktemp()
     json.dump({"check_a": {"seed": "s", "nonce": "n", "record": "/r"}}, open(path, "w"))

@@ -112,9 +112,6 @@ def test_rules_reject_what_they_should():
     assert LayerNorm.extra_repr.__doc__ is None and inspect.getdoc(LayerNorm.extra_repr)
 
 
-CHECKS_MAX_LINES = 450  # a chapter's checks: each check's kernel half and judge side by side, one module a chapter
-
-
 def _code_lines(path) -> int:
     """Lines of a module that are not docstrings (module, class and function docstrings)."""
     source = path.read_text()
@@ -132,8 +129,7 @@ def test_modules_stay_small():
     """The cap counts code, not docstrings: a module is not squeezed to make room for prose."""
     sizes = {p.relative_to(REPO).as_posix(): _code_lines(p)
              for p in (REPO / "transformer_lib").rglob("*.py")}
-    too_long = {p: n for p, n in sizes.items()
-                if n > (CHECKS_MAX_LINES if p.startswith("transformer_lib/grading/checks/ch") else MAX_LINES)}
+    too_long = {p: n for p, n in sizes.items() if n > MAX_LINES}
     assert not too_long, f"modules over {MAX_LINES} lines of code (split them by idea): {too_long}"
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 
 
 def _release(args: argparse.Namespace) -> int:
-    from .notebook import MarkerError, release_all
+    from .prepare.notebook import MarkerError, release_all
 
     if args.student is not None:
         return _student(args)
@@ -36,7 +36,7 @@ def _release(args: argparse.Namespace) -> int:
 
 
 def _student(args: argparse.Namespace) -> int:
-    from .notebook import MarkerError
+    from .prepare.notebook import MarkerError
     from .student import ReleaseError, write_copy
 
     try:
@@ -52,8 +52,8 @@ def _student(args: argparse.Namespace) -> int:
 
 def _grade(args: argparse.Namespace) -> int:
     from .grade import GradingError, GradingInterrupted, grade
-    from .notebook import MarkerError
-    from .sandbox import SandboxError
+    from .prepare.notebook import MarkerError
+    from .run.sandbox import SandboxError
 
     for signum in (signal.SIGINT, signal.SIGTERM):  # workers and kernels are killed, partial reports written
         signal.signal(signum, _interrupt)
@@ -82,8 +82,8 @@ def _interrupt(signum: int, frame: object) -> None:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from .check import format_report, presubmit
-    from .prepare import SubmissionError
+    from .presubmit import format_report, presubmit
+    from .prepare.submission import SubmissionError
 
     try:
         report = presubmit(args.notebook, args.source, cell_timeout=args.cell_timeout, timeout=args.timeout)
@@ -101,7 +101,7 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _gradescope(args: argparse.Namespace) -> int:
-    from .gradescope import build
+    from .report.gradescope import build
 
     print(f"wrote {build(args.source, args.out)}")
     return 0

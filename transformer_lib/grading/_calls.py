@@ -32,7 +32,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ._harness import _BUILTIN_ERRORS, _PENDING, StudentError, capture, notebook_code, recording, typename, watched
+from ._harness import _PENDING, capture, notebook_code, recording, watched
+from .protocol import BUILTIN_ERRORS, StudentError, typename
 
 _LIBRARY = f"{os.sep}transformer_lib{os.sep}"  # the course library's files, the grading package included
 _OWN: set[int] = set()  # ids of the namespaces of this check cell's own copy of the checks (set by its loader)
@@ -162,7 +163,7 @@ _MATMUL = ("cannot be multiplied", "size for first two dimensions of batch2", "s
 
 def shape_mistake(err: BaseException) -> str | None:
     """The common shape mistake behind ``err``, raised by the notebook's code, as a key of
-    :data:`~transformer_lib.grading._judging.SHAPE_HINTS` ("one_hot", "keepdim", "transpose", "matmul",
+    :data:`~transformer_lib.grading.judges.common.SHAPE_HINTS` ("one_hot", "keepdim", "transpose", "matmul",
     "broadcast"), read off torch's message and the notebook's line that raised; None if it is none."""
     text = str(err) if isinstance(err, RuntimeError) else ""
     if _BROADCAST not in text and not any(m in text for m in _MATMUL):
@@ -238,7 +239,7 @@ def call(fn: Any, *args: Any, banned: tuple[str, ...] = (), lookups: bool = Fals
             raise StudentError("shape", mistake) from err   # judged in turn; the traceback stays its cause
         name = type(err).__name__
         error = StudentError("shape", mistake) if mistake else \
-            StudentError("raised", name if name in _BUILTIN_ERRORS else "")
+            StudentError("raised", name if name in BUILTIN_ERRORS else "")
     found = ask_watch()  # asked even if the call raised: what it noted belongs to this call
     if used or found is not None or error is not None:
         raise (used[0] if used else found if found is not None else error) from None

@@ -5,7 +5,8 @@ that runs in the student's kernel. :func:`run_check` calls the student's functio
 (a *case*) through :func:`~transformer_lib.grading._calls.call`, which returns what came back
 converted by :func:`capture` into plain data. Then:
 
-- **under grading**, it only writes the cases and outcomes to a record file (:func:`write`); the
+- **under grading**, it only writes the cases and outcomes to a record file
+  (:func:`~transformer_lib.grading.protocol.write`); the
   grader judges them. Nothing here compares or knows an expected value;
 - **while a student works**, it judges at once with the check's judge and raises
   :class:`CheckFailed` naming the misconception, or prints one ``✓`` line.
@@ -30,34 +31,12 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-RECORD_ENV = "TRANSFORMER_LIB_GRADING_RECORD_DIR"
-SEED_ENV = "TRANSFORMER_LIB_GRADING_SEED"
-TOKEN_ENV = "TRANSFORMER_LIB_GRADING_TOKEN"  # set by the grader for each kernel it starts (to find its processes)
+from .protocol import RECORD_ENV, SEED_ENV, CheckFailed, Opaque, StudentError, record_name, typename, write
+
 MAX_RECORDED = 100_000  # numbers kept of one value the student's code returns
 MAX_ITEMS = 20_000  # list items and dict entries kept of one value
 _GRADING: dict[str, Any] = {}  # record, seed, nonce: set by the check cell's loader under grading
 _PENDING: list[Any] = []  # what the kernel's watch noted before this check cell (a StudentError; set by the loader)
-_BUILTIN_ERRORS = {name for name, value in vars(builtins).items()
-                   if isinstance(value, type) and issubclass(value, BaseException)}
-
-
-class CheckFailed(AssertionError):
-    """A failure found by a check: its message names the likely misconception. A notebook shows it
-    as the AssertionError the exercise notebooks promise."""
-
-
-CheckFailed.__name__ = CheckFailed.__qualname__ = "AssertionError"
-
-
-class StudentError(Exception):
-    """The student's code did not return a value to judge: ``code`` says why (``raised``,
-    ``not_implemented``, ``banned``, ``library``, ``lookup``, ``thread``, ``not_callable``),
-    ``detail`` gives a name (an exception type, a function) for the message."""
-
-    def __init__(self, code: str, detail: str = "") -> None:
-        super().__init__(code, detail)
-        self.code, self.detail = code, detail
-        self.where: tuple[int, str] = (0, "")  # line and text of the notebook's code that did it
 
 
 def configure(secrets: dict[str, str] | None) -> None:
@@ -103,30 +82,6 @@ def randn(gen: torch.Generator, *shape: int, scale: float = 1.0) -> torch.Tensor
 
 
 # ---------------------------------------------------------------- what came back
-
-class Opaque:
-    """A value that is not data (a function, an object of the notebook's): only a description of it
-    is recorded. Its description never carries text the notebook chose."""
-
-    def __init__(self, description: str) -> None:
-        self.description = description
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Opaque) and other.description == self.description
-
-
-def typename(value: Any) -> str:
-    """The type of ``value`` for a message; a class the notebook defined is not named."""
-    if value is None:
-        return "None (did you forget to return the result?)"
-    if isinstance(value, Opaque):
-        return value.description
-    kind = type(value)
-    module = str(getattr(kind, "__module__", ""))
-    known = module.split(".")[0] in {"builtins", "numpy", "torch"} and \
-        getattr(sys.modules.get(module), kind.__name__, None) is kind
-    return kind.__name__ if known else "an object"
-
 
 def capture(value: Any, depth: int = 0, budget: list[int] | None = None) -> Any:
     """``value`` as plain data to record: tensors (detached, on the CPU, dtype kept) and NumPy
@@ -200,40 +155,14 @@ _DTYPES = {torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.in
 
 # ---------------------------------------------------------------- records
 
-def pack(value: Any, arrays: dict[str, np.ndarray]) -> Any:
-    """``value`` (captured data) as JSON, its arrays moved to ``arrays`` (read back by
-    :func:`transformer_lib.grading.records.unpack`)."""
-    if isinstance(value, torch.Tensor):
-        key = f"a{len(arrays)}"
-        arrays[key] = (value.float() if value.dtype == torch.bfloat16 else value).numpy()
-        return {"$tensor": key, "dtype": str(value.dtype).removeprefix("torch.")}
-    if isinstance(value, (np.ndarray, np.generic)):
-        key = f"a{len(arrays)}"
-        arrays[key] = np.asarray(value)
-        return {"$array": key}
-    if isinstance(value, Opaque):
-        return {"$opaque": value.description}
-    if isinstance(value, dict):
-        return {"$dict": {str(k): pack(v, arrays) for k, v in value.items()}}
-    if isinstance(value, (list, tuple)):
-        return [pack(v, arrays) for v in value]
-    return value
-
-
-def write(folder: str, name: str, cases: list[dict], outs: list[dict], hidden: int) -> None:
-    """Write one check call (its cases and the student's outcomes) as ``NNN-name.npz``: the arrays,
-    and the rest as JSON in the uint8 array ``__meta__`` (no pickles: the grader reads it with
-    ``allow_pickle=False``)."""
-    arrays: dict[str, np.ndarray] = {}
-    meta = {"check": name, "hidden": int(hidden),
-            "cases": [pack(c, arrays) for c in cases], "outs": [pack(o, arrays) for o in outs]}
-    arrays["__meta__"] = np.frombuffer(json.dumps(meta).encode(), dtype=np.uint8)
-    if _GRADING:  # exactly the names the grader expects of this cell, in order: nonce-000.npz, nonce-001.npz, …
-        path = os.path.join(folder, f"{_GRADING['nonce']}-{_GRADING['seq']:03d}.npz")
+def _record_path(name: str) -> str:
+    """Where the next record goes: under grading exactly the names the grader expects of this cell,
+    in order (:func:`~transformer_lib.grading.protocol.record_name`); in-process, the next free number."""
+    if _GRADING:
         _GRADING["seq"] += 1
-    else:
-        path = os.path.join(folder, f"{len([f for f in os.listdir(folder) if f.endswith('.npz')]):03d}-{name}.npz")
-    np.savez(path, **arrays)
+        return os.path.join(_GRADING["record"], record_name(_GRADING["nonce"], _GRADING["seq"] - 1))
+    folder = os.environ[RECORD_ENV]
+    return os.path.join(folder, f"{len([f for f in os.listdir(folder) if f.endswith('.npz')]):03d}-{name}.npz")
 
 
 def _capture_case(case: dict) -> dict:
@@ -260,8 +189,8 @@ def run_check(name: str, fn: Any, cases: list[dict], run: Callable[[Any, dict], 
         outs.append({k: v if k in ("error", "detail", "where") else capture(v) for k, v in out.items()})
     cases = [_capture_case(c) for c in cases]
     if recording():
-        write(_GRADING["record"] if _GRADING else os.environ[RECORD_ENV], name, cases, outs, hidden)
+        write(_record_path(name), name, cases, outs, hidden)
         return
-    from ._judging import judge_here
+    from .judges import judge_here  # while a student works: never under grading, where it is absent
 
     print(f"✓ {judge_here(name, cases, outs, hidden, causes)}")

@@ -4,7 +4,7 @@ The submissions are made from the committed notebooks: most are correct (the ins
 solutions under the student's check cells), a few are the blank student version. The
 instructor notebook is run too, as in every grading run, and counted in the time. Every run is
 sandboxed (bubblewrap; without it, the bench says so and grades unsandboxed); as root, in warm
-sandboxes (:mod:`~transformer_lib.grading.slots`), whose start is counted too. The target: at
+sandboxes (:mod:`~transformer_lib.grading.run.slots`), whose start is counted too. The target: at
 least 30 submissions a minute (20 in at most 40 s) with ``--jobs 2`` on an idle 2-core machine.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 
 from . import grade as grade_module
-from .notebook import dumps, read, release, strip_hidden, is_check
+from .prepare.notebook import dumps, read, release, strip_hidden, is_check
 
 REPO = Path(__file__).resolve().parents[2]
 SOURCE = REPO / "exercises" / "source" / "02_building_up_attention.ipynb"

@@ -1,15 +1,17 @@
 """Grade submissions of one exercise notebook: prepare → run → judge → report.
 
-1. **Prepare** (:mod:`~transformer_lib.grading.prepare`, :mod:`~transformer_lib.grading.rules`):
+1. **Prepare** (:mod:`~transformer_lib.grading.prepare.submission`,
+   :mod:`~transformer_lib.grading.prepare.rules`):
    read each submission, restore the instructor's check cells, read the student's code for the
    constructs a graded notebook may not use, and give the check cells the kernel half of the
    checks. Choose the seed of this grading run's hidden inputs (random unless given).
-2. **Run** (:mod:`~transformer_lib.grading.runner`): the instructor notebook first, alone and with
-   generous limits, then each submission in its own worker process and kernel (sandboxed),
+2. **Run** (:mod:`~transformer_lib.grading.run.runner`): the instructor notebook first, alone and
+   with generous limits, then each submission in its own worker process and kernel (sandboxed),
    ``jobs`` at a time. A kernel only records inputs and outcomes; it decides nothing.
-3. **Judge** (:mod:`~transformer_lib.grading.judge`): in this process, each submission's records
-   against the instructor run's inputs and outcomes. The instructor run must pass its own judges.
-4. **Report** (:mod:`~transformer_lib.grading.report`, :mod:`~transformer_lib.grading.classreport`).
+3. **Judge** (:mod:`~transformer_lib.grading.judges.verdicts`): in this process, each submission's
+   records against the instructor run's inputs and outcomes. The instructor run must pass its own judges.
+4. **Report** (:mod:`~transformer_lib.grading.report.feedback`,
+   :mod:`~transformer_lib.grading.report.classreport`).
 
 One submission's failure, of any kind, becomes a note and a 0 for it alone. On SIGINT/SIGTERM (a
 KeyboardInterrupt) the reports are still written, for what was graded so far, and
@@ -30,16 +32,16 @@ from typing import Iterator
 
 from tqdm import tqdm
 
-from .classreport import REPORT_FILES, write_class_report
-from .judge import Check, CheckResult, SubmissionResult, judge_calls, judge_run, stop_reason, zeros
-from .notebook import check_cells, grade_id, read, validate
-from .prepare import SubmissionError, for_kernel, load_submission, restore_checks
-from .procs import kill_tagged
-from .records import Call
-from .report import write_reports
-from .costs import refusals
-from .runner import RunResult, allow_runs, run_notebook, stop_all
-from .sandbox import MEMORY_BYTES, resolve as resolve_sandbox
+from .judges.verdicts import Check, CheckResult, SubmissionResult, judge_calls, judge_run, stop_reason, zeros
+from .prepare.costs import refusals
+from .prepare.notebook import check_cells, grade_id, read, validate
+from .prepare.submission import SubmissionError, for_kernel, load_submission, restore_checks
+from .protocol import Call
+from .report.classreport import REPORT_FILES, write_class_report
+from .report.feedback import write_reports
+from .run.procs import kill_tagged
+from .run.runner import RunResult, allow_runs, run_notebook, stop_all
+from .run.sandbox import MEMORY_BYTES, resolve as resolve_sandbox
 
 __all__ = ["grade", "collect", "GradingError", "GradingInterrupted", "Check", "CheckResult",
            "SubmissionResult"]
@@ -85,8 +87,7 @@ def unique_names(paths: list[Path]) -> list[str]:
 
 def bans() -> dict[str, tuple[str, ...]]:
     """Per check name, the functions its exercise switches off (from the judges)."""
-    from . import checks  # noqa: F401 - registers the judges
-    from ._judging import JUDGES
+    from .judges import JUDGES
 
     return {name: spec.bans for name, spec in JUDGES.items()}
 
@@ -180,7 +181,7 @@ def grade(instructor_path: Path | str, submissions: list[Path | str], out_dir: P
           seed: str | None = None) -> list[SubmissionResult]:
     """Grade ``submissions`` (files or folders) and write the reports into ``out_dir``;
     ``sandbox``: ``auto``, ``bwrap`` or ``none``; ``memory``: bytes per submission (see
-    :mod:`~transformer_lib.grading.sandbox`); ``seed``: of the hidden inputs (random if None)."""
+    :mod:`~transformer_lib.grading.run.sandbox`); ``seed``: of the hidden inputs (random if None)."""
     sandboxed = resolve_sandbox(sandbox)
     instructor = read(instructor_path)
     validate(instructor)

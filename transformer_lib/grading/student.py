@@ -3,10 +3,10 @@
 ``python -m transformer_lib.grading release --student DIR`` writes into ``DIR`` the book (its
 chapters, guides and configuration), what installing needs (``requirements/``, ``pyproject.toml``,
 the ``Makefile``, ``binder/``), the student exercise notebooks (released afresh from
-``exercises/source/``) and the library, in which every chapter's checks module is cut at its
-judging line (:func:`~transformer_lib.grading.prepare.kernel_half`: the half a graded kernel
-runs). The instructor notebooks and the judges stay behind, since a judge computes its own
-reference and so holds the exercise's answer (a parameter-count formula, a decoding-batch rule).
+``exercises/source/``) and the library without the chapters' judges (``grading/judges/chNN_*.py``;
+the checks' kernel halves, the part a graded kernel runs, are copied whole). The instructor
+notebooks and the judges stay behind, since a judge computes its own reference and so holds the
+exercise's answer (a parameter-count formula, a decoding-batch rule).
 
 In their place the copy's visible checks judge against **stored expected values**: at release
 time each instructor notebook is run with its visible checks only (hidden-test regions removed),
@@ -31,11 +31,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from ._harness import CheckFailed, Opaque, pack, typename
-from ._judging import JUDGES, Judge, show
-from .notebook import check_cells, dumps, grade_id, is_check, read, release, strip_hidden, validate
-from .prepare import FOLDER, for_kernel, kernel_half, restore_checks
-from .runner import allow_runs
+from .judges.common import JUDGES, Judge, show
+from .prepare.notebook import check_cells, dumps, grade_id, is_check, read, release, strip_hidden, validate
+from .prepare.submission import FOLDER, for_kernel, restore_checks
+from .protocol import CheckFailed, Opaque, pack, typename, unpack
+from .run.runner import allow_runs
 
 REPO = FOLDER.parents[1]
 RELEASED = FOLDER / "released"  # in a student copy: the released notebooks and expected.npz
@@ -44,8 +44,18 @@ COPIED = ("README.md", "intro.md", "bibliography.md", "references.bib", "_config
           "pyproject.toml", "requirements.txt", "package.json", "package-lock.json", ".gitignore", "chapters",
           "guides", "requirements", "binder", "_ext", "_assets", "scripts/execute_book.py", "scripts/vendor_assets.py")
 SKIPPED = ("__pycache__", "*.pyc", ".ipynb_checkpoints", "vendor")  # _assets/vendor: `make install` fetches it
-REGISTER = ("\n\n# ==== judging: a student copy has no judges; the visible examples' expected values are stored in "
-            "grading/released/ ====\nfrom ..student import register_stored  # noqa: E402\n\nregister_stored()\n")
+REGISTER = '''"""The judges of a student copy: no chapter's judges, only the visible examples' expected values.
+
+They are stored in ``transformer_lib/grading/released/``; importing this package registers, for
+every check, a judge that compares with them (:func:`~transformer_lib.grading.student.register_stored`).
+"""
+from ..student import register_stored
+from .common import JUDGES, judge_here, render, verdict
+
+register_stored()
+
+__all__ = ["JUDGES", "judge_here", "render", "verdict"]
+'''  # the judges/__init__.py of a student copy
 _REGISTERED: set[Path] = set()
 _STEPS = [m * 10.0 ** -k for k in range(12, 0, -1) for m in (1, 2, 5)]  # the shifts tried, smallest first
 
@@ -186,8 +196,6 @@ def register_stored(folder: Path = RELEASED) -> None:
     if not path.is_file() or path in _REGISTERED:  # every chapter's module asks; the file is read once
         return
     _REGISTERED.add(path)
-    from .records import unpack
-
     with np.load(path, allow_pickle=False) as data:
         arrays = {k: data[k] for k in data.files}
     for name, spec in json.loads(bytes(arrays.pop("__meta__")).decode()).items():
@@ -206,10 +214,10 @@ def in_copy() -> bool:
 def visible_run(path: Path, cell_timeout: float, timeout: float) -> dict[str, list]:
     """The visible check calls of instructor notebook ``path`` run as the grader runs it (its
     hidden-test regions removed), each checked by the real judges: ``{check name: [stored call]}``."""
-    from . import checks  # noqa: F401 - registers the judges
-    from .judge import judge_calls
-    from .procs import kill_tagged
-    from .runner import run_notebook  # noqa: PLC0415
+    from . import judges  # noqa: F401 - registers the judges
+    from .judges.verdicts import judge_calls
+    from .run.procs import kill_tagged
+    from .run.runner import run_notebook  # noqa: PLC0415
 
     nb = read(path)
     validate(nb)
@@ -261,7 +269,8 @@ def write_copy(dest: Path | str, repo: Path = REPO, jobs: int = 2, cell_timeout:
                timeout: float = 900.0) -> list[Path]:
     """Write the student copy of the course at ``repo`` into ``dest`` (which must not exist or be
     empty); return the exercise notebooks written. Raises ReleaseError if a check fails on an
-    instructor notebook, :class:`~transformer_lib.grading.notebook.MarkerError` if one is malformed."""
+    instructor notebook, :class:`~transformer_lib.grading.prepare.notebook.MarkerError` if one is
+    malformed."""
     dest, sources = Path(dest), sorted((repo / "exercises" / "source").glob("*.ipynb"))
     if not sources:
         raise ReleaseError(f"no instructor notebooks in {repo / 'exercises' / 'source'}: make the student copy from "
@@ -277,8 +286,9 @@ def write_copy(dest: Path | str, repo: Path = REPO, jobs: int = 2, cell_timeout:
     for name in COPIED:
         _copy(repo / name, dest / name)
     _copy(repo / "transformer_lib", dest / "transformer_lib")
-    for module in (dest / "transformer_lib" / "grading" / "checks").glob("ch[0-9]*.py"):
-        module.write_text(kernel_half(module.read_text(encoding="utf-8")) + REGISTER, encoding="utf-8")
+    for module in (dest / "transformer_lib" / "grading" / "judges").glob("ch[0-9]*.py"):
+        module.unlink()  # a judge computes its own reference: it holds the exercise's answer
+    (dest / "transformer_lib" / "grading" / "judges" / "__init__.py").write_text(REGISTER, encoding="utf-8")
     folder = dest / "transformer_lib" / "grading" / "released"
     folder.mkdir(parents=True, exist_ok=True)
     written = []

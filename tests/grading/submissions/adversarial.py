@@ -11,7 +11,7 @@ from pathlib import Path
 
 import nbformat
 
-from transformer_lib.grading.notebook import check_cells, dumps, grade_id, read, release
+from transformer_lib.grading.prepare.notebook import check_cells, dumps, grade_id, read, release
 
 from .helpers import as_handed_in, substitute
 from .wrong import WRONG

@@ -14,7 +14,7 @@ import copy
 
 import nbformat
 
-from transformer_lib.grading.notebook import grade_id
+from transformer_lib.grading.prepare.notebook import grade_id
 
 from .helpers import as_handed_in, substitute
 
@@ -119,7 +119,7 @@ _grading_watch_secrets.__code__
 # ---------------------------------------------------------------- the judge's own code
 
 JUDGE_IMPORT = '''
-from transformer_lib.grading.checks.ch02_attention import _stable_softmax  # the judge of 2.2
+from transformer_lib.grading.judges.ch02_attention import _stable_softmax  # the judge of 2.2
 '''
 
 # ---------------------------------------------------------------- harm to the grader
@@ -226,7 +226,7 @@ CHAPTER_2 = {
 ATTACKS: dict[str, dict[str, tuple[dict[str, str], set[str]]]] = {
     "06_positional_information": {
         "the judge's reference imported": ({"alibi_slopes": """
-            from transformer_lib.grading.checks.ch06_positional import _bloom
+            from transformer_lib.grading.judges.ch06_positional import _bloom
             return torch.tensor(_bloom(H), dtype=torch.float64)
             """}, {"check_alibi_slopes"}),
     },

@@ -16,7 +16,7 @@ import copy
 
 import nbformat
 
-from transformer_lib.grading.notebook import grade_id
+from transformer_lib.grading.prepare.notebook import grade_id
 
 # The banned call, with the watches switched off around it (what the attacks below smuggle past the reading).
 # A change to a library class outlives its cell: it costs its exercise and every one after it.

@@ -15,10 +15,10 @@ import textwrap
 from pathlib import Path
 
 from transformer_lib.grading._harness import RECORD_ENV
-from transformer_lib.grading.notebook import (BEGIN_SOLUTION, END_SOLUTION, grade_id, is_check,
+from transformer_lib.grading.prepare.notebook import (BEGIN_SOLUTION, END_SOLUTION, grade_id, is_check,
                                               regions, strip_hidden)
-from transformer_lib.grading.prepare import for_kernel
-from transformer_lib.grading.records import load_calls
+from transformer_lib.grading.prepare.submission import for_kernel
+from transformer_lib.grading.protocol import load_calls
 
 
 def substitute(nb, edits: dict[str, str]):

@@ -91,7 +91,7 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
     return library_count(ModelConfig(**cfg))
 """}, {"check_param_count"}, "the course library"),
         "params: the check's own reference model": ({"param_count": """
-    from transformer_lib.grading.checks import ch09_counting
+    from transformer_lib.grading.judges import ch09_counting
     return sum(p.numel() for p in ch09_counting._reference_model(cfg).parameters())
 """}, {"check_param_count"}, "builds the model"),
         "moe flops: every expert counted": ({"moe_flops": _MOE.format(experts="n_experts")},

@@ -8,7 +8,7 @@ IPython runs: the cell as IPython's own input transformer turns it into Python (
 (it would not run either). The grader refuses:
 
 - imports other than the numeric modules an exercise needs (:data:`ALLOWED_IMPORTS`, and those of
-  their submodules that importing them loads, see :mod:`~transformer_lib.grading.reach`): no
+  their submodules that importing them loads, see :mod:`~transformer_lib.grading.prepare.reach`): no
   threads or processes, no frames or objects' insides, no importing by name, no IPython, no files;
   none of the course library (it is switched off in the checks) or of its grading package; no
   private module;
@@ -18,20 +18,20 @@ IPython runs: the cell as IPython's own input transformer turns it into Python (
   is not a string literal;
 - as an attribute of anything: every name under which an allowed module holds a module outside the
   allowed set or something that runs code or reaches the interpreter (**computed** by walking the
-  allowed modules, :func:`~transformer_lib.grading.reach.reach`: ``sys``, ``os``, ``inspect``,
+  allowed modules, :func:`~transformer_lib.grading.prepare.reach.reach`: ``sys``, ``os``, ``inspect``,
   ``attrgetter``, ``DisableTorchFunction`` …), the attributes of frames, code and closures
   (``f_back``, ``__closure__`` …), every double-underscore attribute but ``__init__`` and
   ``__name__``, every private one (a leading ``_``) except on ``self``, and the names that read or
   write files;
 - setting or deleting an attribute of an object the notebook did not create: a module, a library
-  class or function (:mod:`~transformer_lib.grading.owners`), as in ``torch.Tensor.detach = f``;
+  class or function (:mod:`~transformer_lib.grading.prepare.owners`), as in ``torch.Tensor.detach = f``;
 - the functions an exercise switches off (listed in its exercise box), named as attributes or
   imported;
 - shell commands, and IPython magics other than ``%time``/``%timeit`` with a statement and no
   option (and ``%matplotlib inline``); format strings that read attributes
   (``"{0.__class__}".format(x)``).
 
-Which checks a refused construct costs is :mod:`~transformer_lib.grading.costs`'s part. The
+Which checks a refused construct costs is :mod:`~transformer_lib.grading.prepare.costs`'s part. The
 runtime watches of :mod:`~transformer_lib.grading._harness` stay, as a second layer.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The grading worker: runs one prepared notebook in a fresh kernel, in its own process.
 
-:mod:`transformer_lib.grading.runner` starts it as ``python -m transformer_lib.grading.worker``
+:mod:`transformer_lib.grading.run.runner` starts it as ``python -m transformer_lib.grading.run.worker``
 in a new process group and writes the job (JSON) to its stdin. The worker never runs student
 code itself: nbclient starts an IPython kernel (a further process) and sends it the cells. The
 worker adopts the kernel's orphaned descendants (daemons) and kills them all at the end.
@@ -12,7 +12,7 @@ graded survives even if the whole process group is later killed:
 - ``{"dead": i}`` if the kernel died while running cell ``i``; ``{"done": true}`` at the end.
 
 Before anything else the worker sets the limits its kernel inherits and, in the sandbox when the
-grader is root, becomes the run's own user (:mod:`~transformer_lib.grading.sandbox`).
+grader is root, becomes the run's own user (:mod:`~transformer_lib.grading.run.sandbox`).
 
 Before the first cell it starts the kernel's watch (:mod:`~transformer_lib.grading._watch`),
 silently: nothing of it enters the kernel's history. For a check cell, the ``.npz`` files the
@@ -37,8 +37,8 @@ import nbformat
 from nbclient import NotebookClient
 from nbclient.exceptions import DeadKernelError
 
+from ..prepare.notebook import grade_id, is_check
 from .forking import KERNEL_ARGUMENTS, KernelLauncher, forked_kernel_manager
-from .notebook import grade_id, is_check
 from .procs import adopt_orphans, kill_descendants
 from .sandbox import MEMORY_BYTES, apply_limits, drop_privileges
 
@@ -179,7 +179,7 @@ def _exit_with_parent() -> None:
 
 def run(job: dict[str, Any], forked: bool = False) -> int:
     """Run ``job``; the exit status is 0 unless the worker itself failed. ``forked``: this process
-    was forked by the :mod:`~transformer_lib.grading.zygote`, which passes the environment in the
+    was forked by the :mod:`~transformer_lib.grading.run.zygote`, which passes the environment in the
     job, and the kernel is forked from this process instead of started afresh."""
     if forked:
         _as_forked_worker(job)

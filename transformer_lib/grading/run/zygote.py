@@ -1,14 +1,14 @@
 """A warm process that forks each submission's worker and kernel, inside one bubblewrap sandbox.
 
 Starting a kernel costs about 3 s of CPU, two thirds of it ``import torch``. When the grader is
-root and grading is sandboxed, :mod:`~transformer_lib.grading.runner` therefore keeps one
-sandbox per job slot (:func:`~transformer_lib.grading.sandbox.command`, with the slot's folder
-as its only writable one) running ``python -m transformer_lib.grading.zygote``. This process
+root and grading is sandboxed, :mod:`~transformer_lib.grading.run.runner` therefore keeps one
+sandbox per job slot (:func:`~transformer_lib.grading.run.sandbox.command`, with the slot's folder
+as its only writable one) running ``python -m transformer_lib.grading.run.zygote``. This process
 imports torch, the library and Jupyter once, prints ``{"ready": true}``, then reads one job (the
 worker's job, plus its environment) per line on stdin. For each job it forks a worker
-(:func:`transformer_lib.grading.worker.run`), which becomes the run's own user id, random per
+(:func:`transformer_lib.grading.run.worker.run`), which becomes the run's own user id, random per
 run, before it reads the notebook, and forks the kernel from itself at that point
-(:mod:`~transformer_lib.grading.forking`), so that the
+(:mod:`~transformer_lib.grading.run.forking`), so that the
 kernel starts with everything imported and nothing of the notebook in memory. When the worker
 has ended, every process of that user id is killed, ``/tmp`` is emptied, and ``{"exit": status}``
 is printed.
@@ -40,7 +40,7 @@ def preload() -> None:
     for name in PRELOADED:
         importlib.import_module(name)
     from . import worker  # noqa: F401
-    from ._calls import _Aten
+    from .._calls import _Aten
 
     with _Aten((), []):  # a dispatch mode's first use imports some 800 modules of torch's: once, here
         importlib.import_module("torch").zeros(1).add(1)
@@ -112,6 +112,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":  # run as the package's module, which the worker imports too
-    from transformer_lib.grading import zygote
+    from transformer_lib.grading.run import zygote
 
     sys.exit(zygote.main())

@@ -1,4 +1,4 @@
-"""What IPython runs for a notebook cell, for the grader's reading (:mod:`~transformer_lib.grading.rules`).
+"""What IPython runs for a notebook cell, for the grader's reading (:mod:`~transformer_lib.grading.prepare.rules`).
 
 A cell is not Python as written: IPython first turns its own syntax into Python with its input
 transformer (``%time s`` becomes ``get_ipython().run_line_magic('time', 's')``, ``!ls`` a call of

@@ -3,7 +3,7 @@
 :class:`KernelLauncher` forks a child before the worker reads the notebook; when jupyter_client
 asks for a kernel (through the manager class :func:`forked_kernel_manager` makes), the child
 becomes an IPython kernel, as ``python -m ipykernel_launcher -f FILE`` would, with torch and the
-library already imported (:mod:`~transformer_lib.grading.zygote`). :class:`ForkedProcess` is the
+library already imported (:mod:`~transformer_lib.grading.run.zygote`). :class:`ForkedProcess` is the
 part of ``subprocess.Popen`` jupyter_client uses, for that child.
 """
 from __future__ import annotations

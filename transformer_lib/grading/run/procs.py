@@ -28,7 +28,7 @@ def kernel_env(token: str) -> dict[str, str]:
     """The environment of a worker and its kernel: a minimal one and the token. Neither the record
     folder nor the seed of the hidden tests is in it: they reach the check cells alone (see
     :mod:`~transformer_lib.grading._watch`)."""
-    from ._harness import TOKEN_ENV  # here, so that the worker does not import torch
+    from ..protocol import TOKEN_ENV  # here, so that the worker does not import numpy
 
     kept = {key: os.environ[key] for key in PASSED_ON if key in os.environ}
     return {**kept, **KERNEL_ENV, TOKEN_ENV: token}
@@ -69,7 +69,7 @@ def kill_tree(pid: int) -> None:
 def kill_tagged(token: str, prefix: bool = False) -> int:
     """SIGKILL every process of this user whose environment carries ``token`` (or, with ``prefix``,
     a token starting with it); return how many."""
-    from ._harness import TOKEN_ENV
+    from ..protocol import TOKEN_ENV
 
     killed = 0
     for proc in processes_of(os.getuid()):

@@ -1,8 +1,8 @@
-"""Which checks a refused construct costs (see :mod:`~transformer_lib.grading.rules` for what is refused).
+"""Which checks a refused construct costs (see :mod:`~transformer_lib.grading.prepare.rules` for what is refused).
 
 The exercises come from the instructor notebook alone: an exercise starts at a markdown heading
 ``## N.M …`` and runs to the next, and owns the check cells in between. In a submission, whose
-check cells are exactly the instructor's (:func:`~transformer_lib.grading.prepare.restore_checks`),
+check cells are exactly the instructor's (:func:`~transformer_lib.grading.prepare.submission.restore_checks`),
 every other code cell is the student's, whatever its metadata, and belongs **by position** to the
 exercise of the first check cell after it (after the last one: to the last exercise). No id a
 student can copy into a cell's metadata moves a cell to another exercise.

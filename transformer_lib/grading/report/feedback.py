@@ -7,7 +7,7 @@ Layout of the output folder::
     <name>/results.json          score, output, tests[] (name, score, max_score, status, output, visibility)
     <name>/feedback.md           the score, the notes and each check's message for the student
 
-Messages are the judges' (see :mod:`~transformer_lib.grading.judge`); for an error of the
+Messages are the judges' (see :mod:`~transformer_lib.grading.judges.verdicts`); for an error of the
 student's code only its type is given, and a hidden test's message shows neither its inputs nor
 its expected value. If a submission's files cannot be written, it scores 0 with a note in
 ``grades.csv``, and the other submissions are not affected.
@@ -18,8 +18,8 @@ import csv
 import json
 from pathlib import Path
 
+from ..judges.verdicts import Check, SubmissionResult, zeros
 from .escaping import cap, csv_field, markdown
-from .judge import Check, SubmissionResult, zeros
 
 MAX_MESSAGE = 2000
 MAX_NOTE = 600

@@ -17,7 +17,7 @@ already shows (a hidden test's message never shows its inputs or expected values
 
 It also says how the run was made (sandboxed or not, the seed of the hidden inputs, with which
 the run can be repeated) and lists the submissions whose code used a construct the grader
-refuses (:mod:`~transformer_lib.grading.rules`), with the place and the construct, so that the
+refuses (:mod:`~transformer_lib.grading.prepare.rules`), with the place and the construct, so that the
 instructor can look at them.
 """
 from __future__ import annotations
@@ -29,8 +29,8 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..judges.verdicts import Check, SubmissionResult, describe
 from .escaping import csv_field, markdown
-from .judge import Check, SubmissionResult, describe
 
 __all__ = ["message_class", "Misconception", "CheckSummary", "summarise", "histogram", "class_report_markdown",
            "write_class_report", "REPORT_FILES"]

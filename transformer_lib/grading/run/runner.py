@@ -1,7 +1,7 @@
 """Run one notebook in a separate worker process (and its own kernel), with time limits.
 
 :func:`run_notebook` writes the notebook to a private folder, starts
-:mod:`transformer_lib.grading.worker` in a new process group with a minimal environment that
+:mod:`transformer_lib.grading.run.worker` in a new process group with a minimal environment that
 carries a random token, and waits at most ``timeout`` seconds. If the time runs out, the
 worker's process tree is killed and the cells reported so far are kept. Afterwards every
 process carrying the token is killed too. Student code never runs in the calling process.
@@ -10,8 +10,8 @@ The events the worker wrote are read as hostile data (the kernel can write to th
 every field is type-checked, a cell's ``grade_id`` is taken from the notebook, not the file,
 and malformed lines are ignored.
 
-With ``sandbox=True`` the worker (and its kernel) runs in bubblewrap (:mod:`~transformer_lib.
-grading.sandbox`): of the grader's folders only the run's own is there. The runner stops a run
+With ``sandbox=True`` the worker (and its kernel) runs in bubblewrap
+(:mod:`~transformer_lib.grading.run.sandbox`): of the grader's folders only the run's own is there. The runner stops a run
 whose processes hold more than ``memory`` bytes, or whose folders on its disk outgrow DISK_BYTES.
 """
 from __future__ import annotations
@@ -32,11 +32,11 @@ from typing import Any, Callable, Sequence
 
 import nbformat
 
+from .._watch import cell_file, write_secrets
+from ..prepare.notebook import grade_id, is_check
+from ..protocol import Call, collect
 from . import slots
-from .notebook import grade_id, is_check
-from ._watch import cell_file, write_secrets
 from .procs import kernel_env, kill_tagged, kill_tree, kill_user
-from .records import Call, collect
 from .sandbox import (DISK_BYTES, MEMORY_BYTES, command, folder_bytes, python_roots, sandbox_env, sandbox_uid,
                       tree_memory, user_memory)
 
@@ -169,7 +169,7 @@ def run_notebook(nb: nbformat.NotebookNode, cell_timeout: float = 30.0, timeout:
     run's, of the hidden tests (each check cell's derives from it). With ``sandbox`` the worker runs
     in bubblewrap, and the kernel's folders are on the sandbox's size-capped ``/tmp``. ``memory``
     limits each process's address space and all the run's processes together. Of each check cell's
-    records only those it was to write are kept (:func:`~transformer_lib.grading.records.collect`).
+    records only those it was to write are kept (:func:`~transformer_lib.grading.protocol.collect`).
     """
     start = time.perf_counter()
     result = RunResult(token=token_prefix + secrets.token_hex(8))
@@ -191,7 +191,7 @@ def run_notebook(nb: nbformat.NotebookNode, cell_timeout: float = 30.0, timeout:
                "checks": sorted(cell_file(c.source) for c in cells.values()),
                "cell_timeout": cell_timeout, "output_cap": output_cap, "memory": memory, "sandboxed": sandbox,
                "uid": uid}
-        argv, env = [sys.executable, "-m", "transformer_lib.grading.worker"], kernel_env(result.token)
+        argv, env = [sys.executable, "-m", "transformer_lib.grading.run.worker"], kernel_env(result.token)
         if sandbox:
             argv, env = command(argv, [str(private)], str(private)), sandbox_env(env, kernel_root / "home")
             if uid is not None:

@@ -1,6 +1,6 @@
-"""Warm sandboxes, one per job slot, each running a :mod:`~transformer_lib.grading.zygote`.
+"""Warm sandboxes, one per job slot, each running a :mod:`~transformer_lib.grading.run.zygote`.
 
-Used by :func:`transformer_lib.grading.runner.run_notebook` when grading is sandboxed and the
+Used by :func:`transformer_lib.grading.run.runner.run_notebook` when grading is sandboxed and the
 grader is root (so that each run gets its own user id). A slot is a folder (mode 0711: a run
 can enter its own folders there, but not list the others) bound writable into a bubblewrap
 sandbox, and the zygote process in it. :func:`acquire` takes an idle slot or starts one (about
@@ -46,7 +46,7 @@ class Slot:
         os.chmod(self.root, 0o711)
         (self.root / "home").mkdir(mode=0o700)
         self._buffer = b""
-        argv = command([sys.executable, "-m", "transformer_lib.grading.zygote"], [str(self.root)], str(self.root))
+        argv = command([sys.executable, "-m", "transformer_lib.grading.run.zygote"], [str(self.root)], str(self.root))
         log = os.open(self.root / "zygote.log", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)  # runs cannot read it
         self._log = os.fdopen(log, "wb")
         self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._log,
@@ -113,7 +113,7 @@ _ALL: set[Slot] = set()
 def _zygote_env(home: Path) -> dict[str, str]:
     """The zygote's environment: a kernel's, without a run's token, records and seed (each job brings
     its own), with the slot's home. OMP_NUM_THREADS is in it: OpenMP reads it once, when torch loads."""
-    from ._harness import TOKEN_ENV
+    from ..protocol import TOKEN_ENV
 
     env = {k: v for k, v in kernel_env("").items() if k != TOKEN_ENV}
     return sandbox_env(env, home)

@@ -7,10 +7,10 @@ which only the system folders, Python and its packages and the course library ar
 read-only, plus the run's own folder (writable) and a private, size-limited ``/tmp`` in memory,
 where the kernel's working folder, home and records are. The instructor notebook, the other
 submissions, the rest of the repository and ``$HOME`` are not there at all, and neither are the
-judges: the library is shown as a copy in which each checks module stops at its judging line and
-the judges' helpers are absent (:func:`kernel_library`). When the grader runs as root, the worker drops to a user id of its own, random
-per run, before it starts the kernel (:func:`drop_privileges`), so that the process limit
-counts only this submission's processes.
+judges: the library is shown as a copy without the judges' folder (``grading/judges/``) and the
+reports' modules (:func:`kernel_library`). When the grader runs as root, the worker drops to a
+user id of its own, random per run, before it starts the kernel (:func:`drop_privileges`), so
+that the process limit counts only this submission's processes.
 
 :func:`apply_limits` (in the worker, in every mode) sets the limits the kernel inherits:
 address space per process (``RLIMIT_AS``), size of a written file, no core files, and, in the
@@ -36,7 +36,7 @@ MEMORY_BYTES = 4 * 2**30  # per process (address space) and for the whole tree (
 MAX_PROCESSES = 256  # processes and threads of one sandboxed submission
 FILE_BYTES = 64 * 2**20  # largest file a submission may write
 DISK_BYTES = 128 * 2**20  # a run's folders on the grader's disk: over this, the run is stopped
-JUDGES_ONLY = ("_judging.py", "judge.py", "grade.py", "gradescope.py", "bench.py", "classreport.py", "report.py")
+JUDGES_ONLY = ("judges", "report", "grade.py", "bench.py")  # the judges, the verdicts and the reports
 TMP_BYTES = 256 * 2**20  # the sandbox's /tmp (in memory)
 SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/etc")
 UID_RANGE = (1_000_000, 2_000_000_000)  # unused user ids, one per sandboxed run when root
@@ -76,22 +76,18 @@ def _package() -> Path:
 @functools.lru_cache(maxsize=None)
 def kernel_library() -> str:
     """A copy of the ``transformer_lib`` package as a graded kernel sees it (made once, removed at
-    exit): every checks module cut at its judging line, the judges' and reports' modules left out."""
-    from .prepare import JUDGING_LINE
-
+    exit): the judges' folder and the reports' modules left out, with their compiled files."""
     folder = Path(tempfile.mkdtemp(prefix="grading-library-"))
     atexit.register(shutil.rmtree, folder, True)
     copy = folder / "transformer_lib"
     shutil.copytree(_package(), copy)  # with the compiled files: those of unchanged modules stay valid
     for name in JUDGES_ONLY:
-        (copy / "grading" / name).unlink(missing_ok=True)
-        for compiled in (copy / "grading" / "__pycache__").glob(f"{name[:-3]}.*.pyc"):
+        if name.endswith(".py"):
+            (copy / "grading" / name).unlink(missing_ok=True)
+        else:
+            shutil.rmtree(copy / "grading" / name, ignore_errors=True)
+        for compiled in (copy / "grading" / "__pycache__").glob(f"{name.removesuffix('.py')}.*.pyc"):
             compiled.unlink()
-    for compiled in (copy / "grading" / "checks" / "__pycache__").glob("ch[0-9]*.pyc"):
-        compiled.unlink()  # compiled from the whole module: the judges are in it
-    for path in (copy / "grading" / "checks").glob("ch[0-9]*.py"):
-        text = path.read_text(encoding="utf-8")
-        path.write_text(text[:text.index(JUDGING_LINE)] if JUDGING_LINE in text else text, encoding="utf-8")
     for root, dirs, files in os.walk(folder):
         os.chmod(root, 0o755)
         for name in files:

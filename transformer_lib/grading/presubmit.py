@@ -2,12 +2,12 @@
 
 ``python -m transformer_lib.grading check exercises/NN_topic.ipynb`` goes through the grader's
 steps with the visible checks only: it prepares the notebook as ``grade`` does
-(:func:`~transformer_lib.grading.prepare.load_submission`, the check cells restored, here from
+(:func:`~transformer_lib.grading.prepare.submission.load_submission`, the check cells restored, here from
 the student version, so without the hidden tests; the kernel half of the checks in each check
 cell), reads the code for the constructs the grader refuses
-(:mod:`~transformer_lib.grading.rules`), runs it top to bottom in a fresh kernel in a worker
-process with the grader's default limits (:func:`~transformer_lib.grading.runner.run_notebook`),
-judges the records in this process (:mod:`~transformer_lib.grading.judge`), and prints per check
+(:mod:`~transformer_lib.grading.prepare.rules`), runs it top to bottom in a fresh kernel in a worker
+process with the grader's default limits (:func:`~transformer_lib.grading.run.runner.run_notebook`),
+judges the records in this process (:mod:`~transformer_lib.grading.judges.verdicts`), and prints per check
 "passed" or the message the grader's feedback would give. It then warns about what a student
 needs to know before handing in, judged by what happened in the fresh run:
 
@@ -34,14 +34,14 @@ from pathlib import Path
 
 from nbformat import NotebookNode
 
-from .costs import defined_names, refusals
 from .grade import bans, grade
-from .judge import cell_error, judge_calls, stop_reason
-from .notebook import check_cells, grade_id, read, release
-from .prepare import for_kernel, load_submission, restore_checks
-from .procs import kill_tagged
-from .rules import Refusal
-from .runner import RunResult, run_notebook
+from .judges.verdicts import cell_error, judge_calls, stop_reason
+from .prepare.costs import defined_names, refusals
+from .prepare.notebook import check_cells, grade_id, read, release
+from .prepare.rules import Refusal
+from .prepare.submission import for_kernel, load_submission, restore_checks
+from .run.procs import kill_tagged
+from .run.runner import RunResult, run_notebook
 from .student import RELEASED, in_copy
 
 __all__ = ["CheckOutcome", "PresubmitReport", "default_source", "prepare_visible", "presubmit", "format_report",

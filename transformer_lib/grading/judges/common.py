@@ -1,6 +1,6 @@
 """The grader's side of the checks: judges, comparisons and the messages a student reads.
 
-Each chapter's checks module registers, below its judging line, one judge per check with
+Each chapter's judges module (``judges/chNN_<topic>.py``) registers one judge per check with
 :func:`judge`: a function ``(case, out)`` that computes its own reference from the case's inputs
 (from first principles or from ``torch``), compares what the student's code returned and, on a
 failure, raises :class:`CheckFailed` naming the likely misconception (through :func:`fail`,
@@ -21,7 +21,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from ._harness import CheckFailed, Opaque, typename
+from ..protocol import CheckFailed, Opaque, typename
 
 __all__ = ["CheckFailed", "Judge", "JUDGES", "judge", "judge_here", "verdict", "render", "fail", "show", "close",
            "check_shape", "check_finite", "as_array", "pair", "truth", "number", "error_message"]

@@ -1,6 +1,6 @@
 """What the modules a graded notebook may import let its code reach: the attribute names the grader refuses.
 
-The modules a graded notebook may import (:data:`~transformer_lib.grading.rules.ALLOWED_IMPORTS`) hold,
+The modules a graded notebook may import (:data:`~transformer_lib.grading.prepare.rules.ALLOWED_IMPORTS`) hold,
 as attributes, modules and functions that reach the interpreter (``torch.sys``, ``numpy.os``, a
 module's ``inspect`` or ``threading``, ``operator.attrgetter`` …). Listing their names by hand
 misses some; so when the grader starts (in its own process, never in a student's kernel),

@@ -4,17 +4,17 @@ Nothing the kernel decided is trusted. A check earns its points iff
 
 - its cell recorded one call per call of the instructor's run, of the same check, each with one
   outcome per case (a cell that ran "without error" but recorded nothing earns nothing);
-- the check's judge (:mod:`transformer_lib.grading._judging`) accepts every outcome on the
+- the check's judge (:mod:`transformer_lib.grading.judges`) accepts every outcome on the
   **instructor's** inputs (the inputs of the submission's own records are not used), and on the
   judge's ``compare`` outputs the outcome equals the instructor's;
 - its cell ran to its end without an error;
 - the grader's reading of the source refused nothing that costs it its points
-  (:mod:`~transformer_lib.grading.rules`), and the watch in the kernel noted nothing (a banned
+  (:mod:`~transformer_lib.grading.prepare.rules`), and the watch in the kernel noted nothing (a banned
   function, code run while the result was read, a namespace of torch's changed, …: the outcome
   says so, with the line of the notebook's code it happened on, which :func:`caught` finds).
 
-The message of a failure on a hidden test names the misconception only (:func:`~transformer_lib.
-grading._judging.render`). Notes say what happened to the run (time limits, the kernel dying,
+The message of a failure on a hidden test names the misconception only
+(:func:`~transformer_lib.grading.judges.common.render`). Notes say what happened to the run (time limits, the kernel dying,
 check cells restored).
 """
 from __future__ import annotations
@@ -23,12 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Sequence
 
-from ._harness import _BUILTIN_ERRORS, CheckFailed
-from .escaping import cap
-from ._judging import render, verdict
-from .records import Call
-from .rules import Refusal
-from .runner import RunResult
+from ..prepare.rules import Refusal
+from ..protocol import BUILTIN_ERRORS, Call, CheckFailed
+from ..report.escaping import cap
+from ..run.runner import RunResult
+from . import render, verdict
 
 
 @dataclass
@@ -104,7 +103,7 @@ def stop_reason(run: RunResult, timeout: float) -> str:
 def cell_error(ename: str) -> str:
     """What a student reads about a check cell that raised before its checks recorded anything:
     the exception's type if it is a built-in one (never a message the kernel made up)."""
-    kind = ename if ename in _BUILTIN_ERRORS else "an exception"
+    kind = ename if ename in BUILTIN_ERRORS else "an exception"
     hint = " (is every name the check uses defined? Run your solution cells first)" if kind == "NameError" else ""
     return (f"the check cell raised {kind} before the check could record a result{hint}; run the check cell in "
             "your notebook to see the traceback")

@@ -27,8 +27,8 @@ from pathlib import Path
 
 from transformer_lib.doctor import TORCH_INDEX
 
-REPO = Path(__file__).resolve().parents[2]
-PACKAGE = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[3]
+PACKAGE = Path(__file__).resolve().parents[2]  # transformer_lib
 
 SETUP_SH = """#!/usr/bin/env bash
 # Gradescope runs this once, when it builds the autograder's image: CPU torch at the course's
@@ -48,7 +48,7 @@ ROOT="${{AUTOGRADER_ROOT:-/autograder}}"
 PYTHON="$ROOT/venv/bin/python"
 [ -x "$PYTHON" ] || PYTHON=python3
 cd "$ROOT/source"
-exec "$PYTHON" -m transformer_lib.grading.gradescope --root "$ROOT" --source "$ROOT/source/{notebook}"
+exec "$PYTHON" -m transformer_lib.grading.report.gradescope --root "$ROOT" --source "$ROOT/source/{notebook}"
 """
 
 PYPROJECT = """[build-system]
@@ -81,7 +81,7 @@ def _constraints() -> str:
 
 def build(source: Path | str, out: Path | str) -> Path:
     """Write the autograder zip for the instructor notebook ``source`` to ``out``; return ``out``."""
-    from .notebook import read, validate
+    from ..prepare.notebook import read, validate
 
     source, out = Path(source), Path(out)
     validate(read(source))  # refuse a malformed instructor notebook now, not on Gradescope
@@ -113,7 +113,7 @@ def _submission(folder: Path, name: str) -> Path | None:
 
 def run(root: Path, source: Path) -> int:
     """Grade the submission in ``root/submission``; write ``root/results/results.json``."""
-    from .grade import grade
+    from ..grade import grade
 
     results = root / "results"
     results.mkdir(parents=True, exist_ok=True)
@@ -130,8 +130,8 @@ def run(root: Path, source: Path) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m transformer_lib.grading.gradescope --root R --source S`` (what ``run_autograder`` runs)."""
-    parser = argparse.ArgumentParser(prog="python -m transformer_lib.grading.gradescope")
+    """``python -m transformer_lib.grading.report.gradescope --root R --source S`` (what ``run_autograder`` runs)."""
+    parser = argparse.ArgumentParser(prog="python -m transformer_lib.grading.report.gradescope")
     parser.add_argument("--root", type=Path, required=True)
     parser.add_argument("--source", type=Path, required=True)
     args = parser.parse_args(argv)

@@ -13,10 +13,10 @@ instructor notebook does not have loses the mark, and is read and run as student
 function, so that nothing of the checks stays in the notebook's namespace (the line is also
 removed from the other cells: only check cells load the checks), with the line
 ``from transformer_lib.grading import checks`` replaced by code that executes the **kernel half**
-of the checks (each chapter module up to its judging line, see
-:mod:`transformer_lib.grading.checks`) from the files into new modules under a package name
+of the checks (each chapter's module in :mod:`transformer_lib.grading.checks`) from the files into new modules under a package name
 random per grading run. Whatever the notebook did before does not reach the checks, and no judge,
-reference or expected value is loaded into the kernel at all.
+reference or expected value is loaded into the kernel at all: the judges are modules of their own
+(:mod:`transformer_lib.grading.judges`), which the kernel half never imports under grading.
 """
 from __future__ import annotations
 
@@ -33,8 +33,7 @@ from nbformat import NotebookNode
 
 from .notebook import IMPORT_CHECKS, check_cells, grade_id, is_check, strip_hidden
 
-FOLDER = Path(__file__).resolve().parent
-JUDGING_LINE = "# ==== judging"  # a chapter's checks module: what follows runs in the grader only
+FOLDER = Path(__file__).resolve().parents[1]  # the grading package
 
 MAX_SUBMISSION_BYTES = 20_000_000
 
@@ -164,16 +163,8 @@ def _fresh(cell: NotebookNode) -> NotebookNode:
 
 # ---------------------------------------------------------------- the checks' kernel half
 
-def kernel_half(text: str) -> str:
-    """A checks module's text above its judging line: the part a graded kernel executes (the cut
-    :func:`_grading_kernel_checks` makes, and what a student copy ships)."""
-    lines = text.splitlines()
-    cut = next((i for i, line in enumerate(lines) if line.startswith(JUDGING_LINE)), len(lines))
-    return "\n".join(lines[:cut]).rstrip() + "\n"
-
-
 def kernel_files(names: set[str] | None = None) -> tuple[str, ...]:
-    """The checks' files in the order they import each other: the harness, each chapter's module
+    """The checks' files in the order they import each other: the protocol, the harness, each chapter's module
     (only those defining one of ``names``, if given and all are found), then the package."""
     chapters = sorted(p.stem for p in (FOLDER / "checks").glob("ch[0-9]*.py"))
     if names:
@@ -182,13 +173,12 @@ def kernel_files(names: set[str] | None = None) -> tuple[str, ...]:
         needed = [stem for stem in chapters if defines[stem] & names]
         if names <= set().union(*(defines[stem] for stem in needed)):
             chapters = needed
-    return ("_harness", "_calls", *(f"checks.{stem}" for stem in chapters), "checks")
+    return ("protocol", "_harness", "_calls", *(f"checks.{stem}" for stem in chapters), "checks")
 
 
-def _grading_kernel_checks(folder: str, name: str, files: tuple[str, ...], cut: str, cell: str = ""):  # noqa: ANN202
+def _grading_kernel_checks(folder: str, name: str, files: tuple[str, ...], cell: str = ""):  # noqa: ANN202
     """Execute ``files`` (dotted names under ``folder``; a name with submodules is a package, read
-    from its ``__init__.py``), each up to its first line starting with ``cut``, as new modules under
-    a new package ``name``; return the last. Then ask the kernel's watch for the secrets of check
+    from its ``__init__.py``) as new modules under a new package ``name``; return the last. Then ask the kernel's watch for the secrets of check
     cell ``cell`` (its seed, record folder and nonce: :mod:`~transformer_lib.grading._watch`), which
     it hands out once; without a watch (checks run in-process) there are none.
 
@@ -214,8 +204,6 @@ def _grading_kernel_checks(folder: str, name: str, files: tuple[str, ...], cut: 
             with open(module.__file__, encoding="utf-8") as fh:
                 lines = []
                 for line in fh.read().splitlines():
-                    if line.startswith(cut):
-                        break
                     if not (line.startswith("from .ch") and f"{dotted}.{line[6:].split()[0]}" not in files):
                         lines.append(line)  # gather only the chapters loaded
             exec(compile("\n".join(lines) + "\n", module.__file__, "exec"), module.__dict__)  # noqa: S102
@@ -241,7 +229,7 @@ def loader(name: str, indent: str = "", names: set[str] | None = None, cell: str
     """The code that binds ``checks`` to a fresh kernel half of the checks (package ``name``; only
     the chapters that define ``names``, see :func:`kernel_files`), for check cell ``cell``."""
     call = (f"checks = _grading_kernel_checks({str(FOLDER)!r}, {name!r}, {kernel_files(names)!r}, "
-            f"{JUDGING_LINE!r}, {cell!r})")
+            f"{cell!r})")
     code = f"{inspect.getsource(_grading_kernel_checks)}{call}\ndel _grading_kernel_checks"
     return "\n".join(indent + line if line else line for line in code.splitlines())
 
