@@ -20,9 +20,7 @@ in the environment stand in for them where checks are run in-process, by the cou
 """
 from __future__ import annotations
 
-import builtins
 import hashlib
-import json
 import linecache
 import os
 import sys

@@ -43,7 +43,8 @@ def read_judges(folder: Path) -> str:
 _read = []
 for _p in [{str(folder / "ch02_attention.py")!r}, {str(folder / "common.py")!r}]:
     try:
-        if "@judge(" in open(_p).read() or "def judge(" in open(_p).read():
+        _text = open(_p).read()
+        if "@judge(" in _text or "def judge(" in _text:
             _read.append(_p)
     except OSError:
         pass
