@@ -265,17 +265,20 @@ def test_kv_cache_step_is_flat_and_the_saving_grows(seed):
     2.5 times slower from n = 16 to 320, and the saving more than doubles. Measured over the five
     seeds on a 2-core machine with a load average of about 7: rise ratio 0.04 to 0.08, uncached
     growth 2.8 to 3.4, saving grown 2.4 to 3.1 times; on a fresh CI machine one seed gave a rise
-    ratio of 0.11 (the new query still meets n keys), hence a quarter, not a tenth."""
+    ratio of 0.11 (the new query still meets n keys), hence a quarter, not a tenth. The growth and the
+    saving are read off the fitted lines' ends: on a fresh CI machine one seed's uncached step at
+    n = 16 took longer than at n = 32, and its endpoints alone gave a growth of 2.3 (the line: 2.7)."""
     torch.set_num_threads(1)
     torch.manual_seed(seed)
     model = GPT(ModelConfig(vocab_size=50, n_ctx=320, d_model=64, n_layers=2, n_heads=4)).eval()
     lengths = np.array([16, 32, 64, 128, 256, 320])
     t_full, t_cache = _step_seconds(model, lengths)
 
-    def rise(t):
-        return np.polyfit(lengths, t, 1)[0] * (lengths[-1] - lengths[0])
+    def ends(t):  # the fitted line at n = 16 and n = 320: one noisy length does not decide
+        return np.polyval(np.polyfit(lengths, t, 1), lengths[[0, -1]])
 
-    ratio = t_full / t_cache
-    assert abs(rise(t_cache)) < 0.25 * rise(t_full), (t_cache, t_full)
-    assert t_full[-1] > 2.5 * t_full[0], t_full
-    assert ratio[-1] > 2 * ratio[0], ratio
+    full, cache = ends(t_full), ends(t_cache)
+    ratio = full / cache
+    assert abs(cache[1] - cache[0]) < 0.25 * (full[1] - full[0]), (t_cache, t_full)
+    assert full[1] > 2.5 * full[0], t_full
+    assert ratio[1] > 2 * ratio[0], (t_full, t_cache)
