@@ -56,7 +56,8 @@ bench: install
 	$(BIN)/python scripts/bench.py
 
 # The training lab: a character GPT trained on Shakespeare for 60 s of wall time (two threads),
-# then evaluated on the whole validation split; checkpoint and sample in _build/lab.
+# then evaluated on the whole test and validation splits and sampled (about 10 s more; the last
+# line reports the test loss first); checkpoint and sample in _build/lab.
 # `make lab SECONDS=40 SEED=1` changes the budget or the seed.
 SECONDS ?= 60
 SEED    ?= 0

@@ -4,8 +4,11 @@ Runs the lab one configuration at a time (nothing else should run on the machine
 
 - `guides/samples/lab_curves.csv`: for each configuration trained for 60 s, the validation
   loss on every eighth 64-character window every 5 s (the clock paused while it is measured),
-  and the final loss on the whole validation split;
-- `guides/samples/lab_seeds.csv`: the lab's defaults at 40 s and at 60 s over seeds 0–4;
+  and the final loss on the whole validation split: the split the configurations are compared
+  and tuned on;
+- `guides/samples/lab_seeds.csv`: the lab's defaults at 40 s and at 60 s over seeds 0–4, their
+  loss on the whole test split (the number to report: no choice was made on it) and on the
+  whole validation split, and the seconds spent evaluating and sampling after training;
 - `guides/samples/lab_curves.png`: the curves, with the goals.
 
     python scripts/lab_sweep.py [--only curves|seeds]   (about 20 minutes on two cores)
@@ -24,7 +27,8 @@ from transformer_lib.lab import LAB_DEFAULTS
 
 REPO = Path(__file__).resolve().parents[1]
 OUT = REPO / "guides" / "samples"
-LAST = re.compile(r"val_loss=(\d+\.\d{3}) steps=(\d+) tokens=(\d+) seconds=(\d+\.\d)")
+LAST = re.compile(r"test_loss=(?P<test_loss>\d+\.\d{3}) val_loss=(?P<val_loss>\d+\.\d{3}) steps=(?P<steps>\d+) "
+                  r"tokens=(?P<tokens>\d+) seconds=(?P<seconds>\d+\.\d) eval_seconds=(?P<eval_seconds>\d+\.\d)")
 GOALS = ((40, 1.88), (60, 1.75))
 SEED_COLUMNS = ["d_model", "layers", "heads", "context", "batch", "lr", "warmup", "clip", "threads"]  # the defaults used
 # name -> lab options; the last one is the lab's defaults
@@ -48,7 +52,10 @@ def run_lab(seconds: int, seed: int, options: list[str], curve: float = 0.0) -> 
         done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, check=True)
         m = LAST.fullmatch(done.stdout.rstrip("\n").split("\n")[-1])
         rows = list(csv.reader(open(Path(out) / "curve.csv")))[1:] if curve else []
-    result = dict(val_loss=float(m[1]), steps=int(m[2]), seconds=float(m[4]))
+    if m is None:
+        raise ValueError(f"the lab's last line: expected {LAST.pattern}, got {done.stdout.splitlines()[-1:]}")
+    result = dict(test_loss=float(m["test_loss"]), val_loss=float(m["val_loss"]), steps=int(m["steps"]),
+                  seconds=float(m["seconds"]), eval_seconds=float(m["eval_seconds"]))
     print(f"{seconds:>3} s seed {seed} {' '.join(options) or '(defaults)'}: {result}", flush=True)
     return result, rows
 
@@ -68,11 +75,12 @@ def seeds() -> None:
     config = [LAB_DEFAULTS[k] for k in SEED_COLUMNS]
     with open(OUT / "lab_seeds.csv", "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["seconds", "seed", "steps", "val_loss", *SEED_COLUMNS])
+        w.writerow(["seconds", "seed", "steps", "test_loss", "val_loss", "eval_seconds", *SEED_COLUMNS])
         for seconds, _ in GOALS:
             for seed in range(5):
                 result, _ = run_lab(seconds, seed, [])
-                w.writerow([seconds, seed, result["steps"], f"{result['val_loss']:.3f}", *config])
+                w.writerow([seconds, seed, result["steps"], f"{result['test_loss']:.3f}",
+                            f"{result['val_loss']:.3f}", f"{result['eval_seconds']:.1f}", *config])
 
 
 def plot() -> None:

@@ -2,19 +2,25 @@
 
     python -m transformer_lib.lab shakespeare --seconds 60 --seed 0 [--out DIR]
 
-trains the library's ``GPT`` on the training split of the Shakespeare corpus
-(``transformer_lib.corpus``) for ``--seconds`` of wall time, with AdamW, the gradient's norm
-clipped to 1 (``--clip``), and a learning rate that warms up linearly over the first steps and
-then follows a cosine from its peak down to a tenth of it, reached exactly when the time is up
-(the schedule is a function of the elapsed fraction of the budget, not of a step count). A
-progress bar shows the running training loss. Then it measures the validation loss, the mean
-next-character cross-entropy over the whole validation split in non-overlapping windows of 64
-characters (the same protocol whatever context the model trains with), writes
-``checkpoint.pt``, ``sample.txt`` and, with ``--curve S``, ``curve.csv`` (the loss on every
-eighth validation window each S seconds, the clock paused while it is measured) to DIR, and
-prints as its last line::
+trains the library's ``GPT`` on the lab's training split of the Shakespeare corpus
+(``transformer_lib.corpus``, see :func:`lab_splits`) for ``--seconds`` of wall time, with
+AdamW (weight decay 0.1 on the weight matrices and embeddings, none on the norms' gains and
+biases), the gradient's norm clipped to 1 (``--clip``), and a learning rate that warms up
+linearly over the first steps and then follows a cosine from its peak down to a tenth of it,
+reached exactly when the time is up (the schedule is a function of the elapsed fraction of the
+budget, not of a step count). A progress bar shows the running training loss, then a second
+one the evaluation. The lab measures the test loss and the validation loss, each the mean
+next-character cross-entropy over the whole split in non-overlapping windows of 64 characters
+(the same protocol whatever context the model trains with): the validation split is the one
+the defaults were tuned on, the test split was never used to choose anything, so its loss is
+the one to report. It writes ``checkpoint.pt``, ``sample.txt`` and, with ``--curve S``,
+``curve.csv`` (the loss on every eighth validation window each S seconds, the clock paused
+while it is measured) to DIR, and prints as its last line::
 
-    val_loss=1.716 steps=1569 tokens=2409984 seconds=60.0
+    test_loss=1.718 val_loss=1.715 steps=1811 tokens=2781696 seconds=60.0 eval_seconds=7.5
+
+(``eval_seconds``: the time after training, to evaluate both splits, save and sample; about 7 s
+with the defaults on two cores.)
 
 The model size, batch, context, peak learning rate, warm-up, clipping and threads are options;
 their defaults are the configuration that `guides/running.md` reports (`scripts/lab_sweep.py`
@@ -31,7 +37,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 from transformer_lib.config import ModelConfig
 from transformer_lib.corpus import SHAKESPEARE_ALPHABET, shakespeare_ids
@@ -39,13 +45,35 @@ from transformer_lib.data import CharTokenizer, text_batch
 from transformer_lib.model import GPT
 from transformer_lib.train import cross_entropy_loss, evaluate_loss
 
-__all__ = ["EVAL_WINDOW", "LAB_DEFAULTS", "lr_at", "validation_loss", "load_checkpoint", "sample", "main"]
+__all__ = ["EVAL_WINDOW", "LAB_DEFAULTS", "WEIGHT_DECAY", "lab_splits", "param_groups", "lr_at",
+           "validation_loss", "load_checkpoint", "sample", "main"]
 
 EVAL_WINDOW = 64
 # The configuration the lab trains by default (the README's).
 LAB_DEFAULTS = dict(vocab_size=len(SHAKESPEARE_ALPHABET), d_model=128, layers=2, heads=4, context=64,
                     batch=24, lr=8e-3, warmup=100, clip=1.0, threads=2)
+WEIGHT_DECAY = 0.1    # on parameters with two or more dimensions only
 PROMPT = "KING.\n"
+
+
+def lab_splits() -> tuple[Tensor, Tensor, Tensor]:
+    """The lab's three contiguous splits of the corpus's N characters as ids: ``(train, test,
+    validation)``. Validation is the corpus's own (:func:`~transformer_lib.corpus.shakespeare_ids`),
+    the last ``N // 10`` characters; test is the ``N // 20`` characters just before it, cut
+    from the end of the corpus's training split; the lab trains on the rest, the first 85 %.
+    Chapter 7."""
+    train, val = shakespeare_ids()
+    k = (len(train) + len(val)) // 20
+    return train[:-k], train[-k:], val
+
+
+def param_groups(model: nn.Module, weight_decay: float = WEIGHT_DECAY) -> list[dict]:
+    """AdamW's two parameter groups, as nanoGPT makes them: ``weight_decay`` on every parameter
+    with two or more dimensions (weight matrices, embeddings), none on the others (the norms'
+    gains, biases). A tied parameter appears once. Chapter 7."""
+    params = list(model.parameters())
+    return [dict(params=[p for p in params if p.dim() >= 2], weight_decay=weight_decay),
+            dict(params=[p for p in params if p.dim() < 2], weight_decay=0.0)]
 
 
 def lr_at(step: int, elapsed: float, peak: float, warmup: int, floor: float = 0.1) -> float:
@@ -64,11 +92,18 @@ def _windows(ids: Tensor, every: int = 1) -> tuple[Tensor, Tensor]:
     return x, y
 
 
-def validation_loss(model: GPT, ids: Tensor, every: int = 1, batch: int = 512) -> float:
+def validation_loss(model: GPT, ids: Tensor, every: int = 1, batch: int = 512, bar=None) -> float:
     """Mean next-character cross-entropy (nats) of ``model`` over ``ids (N,)`` in non-overlapping
-    windows of 64 characters (every ``every``-th window). Chapter 7."""
+    windows of 64 characters (every ``every``-th window); ``bar`` (a tqdm bar) advances by the
+    windows of each batch. Chapter 7."""
     x, y = _windows(ids, every)
-    return evaluate_loss(model, [(x[i:i + batch], y[i:i + batch]) for i in range(0, len(x), batch)])
+
+    def batches():
+        for i in range(0, len(x), batch):
+            yield x[i:i + batch], y[i:i + batch]
+            if bar is not None:
+                bar.update(len(x[i:i + batch]))
+    return evaluate_loss(model, batches())
 
 
 def sample(model: GPT, tokenizer: CharTokenizer, n: int = 500, seed: int = 0, prompt: str = PROMPT) -> str:
@@ -120,11 +155,15 @@ def _checked(args: argparse.Namespace) -> argparse.Namespace:
     for name in ("d_model", "layers", "heads", "batch", "warmup", "threads"):
         if getattr(args, name) < 1:
             raise SystemExit(f"--{name.replace('_', '-')}: expected an int >= 1, got {getattr(args, name)}")
-    if not args.clip >= 0:
-        raise SystemExit(f"--clip: expected a number >= 0 (0: no clipping), got {args.clip}")
+    if not 0 <= args.clip < math.inf:
+        raise SystemExit(f"--clip: expected a finite number >= 0 (0: no clipping), got {args.clip}")
     if args.context < EVAL_WINDOW:
-        raise SystemExit(f"--context: expected at least the {EVAL_WINDOW} characters of the validation "
+        raise SystemExit(f"--context: expected at least the {EVAL_WINDOW} characters of the evaluation "
                          f"windows, got {args.context}")
+    if args.d_model % args.heads:
+        raise SystemExit(f"--d-model: expected a multiple of --heads={args.heads}, got {args.d_model}")
+    if not 0 <= args.seed < 2**63:
+        raise SystemExit(f"--seed: expected an int from 0 to 2**63 - 1, got {args.seed}")
     return args
 
 
@@ -133,11 +172,10 @@ def _train(model: GPT, train_ids: Tensor, val_ids: Tensor, args: argparse.Namesp
     """The timed loop; returns (steps, training seconds). Chapter 7."""
     from tqdm import tqdm
 
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.99), weight_decay=0.1,
-                            foreach=True)
+    opt = torch.optim.AdamW(param_groups(model), lr=args.lr, betas=(0.9, 0.99), foreach=True)
     gen = torch.Generator().manual_seed(args.seed)
-    bar = tqdm(total=round(args.seconds), unit="s", disable=args.no_progress, file=sys.stderr,
-               bar_format="{l_bar}{bar}| {n:.0f}/{total:.0f} s{postfix}")
+    bar = tqdm(total=round(args.seconds), unit="s", disable=args.no_progress, file=sys.stderr, desc="training",
+               bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s{postfix}")
     steps, clock, running, next_curve = 0, 0.0, None, args.curve
     while clock < args.seconds:
         start = time.perf_counter()
@@ -163,29 +201,51 @@ def _train(model: GPT, train_ids: Tensor, val_ids: Tensor, args: argparse.Namesp
     return steps, clock
 
 
+def _evaluate(model: GPT, test_ids: Tensor, val_ids: Tensor, args: argparse.Namespace) -> tuple[float, float, str]:
+    """After training: the test and validation losses over the whole splits and the sample, under
+    a second progress bar (in windows of 64 characters, then the sample's characters) ->
+    ``(test loss, validation loss, sample)``. Chapter 7."""
+    from tqdm import tqdm
+
+    n_sample = 500
+    windows = (len(test_ids) - 1) // EVAL_WINDOW + (len(val_ids) - 1) // EVAL_WINDOW
+    with tqdm(total=windows + n_sample, unit="", disable=args.no_progress, file=sys.stderr, desc="evaluating",
+              bar_format="{desc}: {percentage:3.0f}%|{bar}| {elapsed}{postfix}") as bar:
+        bar.set_postfix_str("test split", refresh=False)
+        test = validation_loss(model, test_ids, bar=bar)
+        bar.set_postfix_str("validation split", refresh=False)
+        val = validation_loss(model, val_ids, bar=bar)
+        bar.set_postfix_str(f"sampling {n_sample} characters")
+        text = sample(model, CharTokenizer(SHAKESPEARE_ALPHABET), n=n_sample, seed=args.seed)
+        bar.update(n_sample)
+    return test, val, text
+
+
 def main(argv: list[str] | None = None) -> int:
     """The command line (module docstring). Chapter 7."""
     args = _checked(_parser().parse_args(argv))
     torch.set_num_threads(args.threads)
-    train_ids, val_ids = shakespeare_ids()
+    train_ids, test_ids, val_ids = lab_splits()
     config = ModelConfig(vocab_size=len(SHAKESPEARE_ALPHABET), n_ctx=args.context, d_model=args.d_model,
                          n_layers=args.layers, n_heads=args.heads, bias=False)
     torch.manual_seed(args.seed)
     model = GPT(config)
     curve: list[tuple[float, int, float]] = []
     steps, seconds = _train(model, train_ids, val_ids, args, curve)
-    val = validation_loss(model, val_ids)
+    start = time.perf_counter()
+    test, val, text = _evaluate(model, test_ids, val_ids, args)
     args.out.mkdir(parents=True, exist_ok=True)
     torch.save({"config": asdict(config), "model": model.state_dict(), "alphabet": SHAKESPEARE_ALPHABET,
-                "seed": args.seed, "val_loss": val}, args.out / "checkpoint.pt")
-    text = sample(model, CharTokenizer(SHAKESPEARE_ALPHABET), seed=args.seed)
+                "seed": args.seed, "test_loss": test, "val_loss": val}, args.out / "checkpoint.pt")
     (args.out / "sample.txt").write_text(text + "\n")
     if curve:
         with open(args.out / "curve.csv", "w", newline="") as f:
             csv.writer(f).writerows([("seconds", "steps", "val_loss_every_8th_window"),
                                      *[(f"{s:.2f}", n, f"{v:.4f}") for s, n, v in curve]])
+    evaluating = time.perf_counter() - start
     print(text)
-    print(f"val_loss={val:.3f} steps={steps} tokens={steps * args.batch * args.context} seconds={seconds:.1f}")
+    print(f"test_loss={test:.3f} val_loss={val:.3f} steps={steps} tokens={steps * args.batch * args.context} "
+          f"seconds={seconds:.1f} eval_seconds={evaluating:.1f}")
     return 0
 
 
