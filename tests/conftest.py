@@ -32,7 +32,7 @@ def _group(item) -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items) -> None:
-    if config.getoption("dist", "no") != "loadgroup":
+    if not getattr(config.option, "loadgroup", False):  # what xdist sets in each worker for --dist loadgroup
         return
     for item in items:
         item.add_marker(pytest.mark.xdist_group(_group(item)))

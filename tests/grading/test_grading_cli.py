@@ -213,7 +213,10 @@ def test_time_limits_and_a_forged_kernel_pid(limits):  # last: the run has been 
     assert proc.returncode == 0, stderr[-3000:]
     rows = _rows(out)
     for name, (score, note) in expected.items():
-        assert float(rows[name]["total"]) == score and note in rows[name]["notes"], rows[name]
+        row = rows[name]
+        assert float(row["total"]) == score and note in row["notes"], (
+            f"{name}: {row['total']} points, expected {score}; notes: {row['notes']!r}; "
+            f"per check: { {g: row[g] for g in GRADE_IDS} }")
     assert "ran longer than 120 s and was stopped" in rows["ignores_interrupts"]["notes"]
     assert rows["ignores_interrupts"]["check_hand_weights"] == "2"
     assert rows["ignores_interrupts"]["check_attention"] == "0"
