@@ -16,25 +16,34 @@ os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
 
 
 # --------------------------------------------------------------------------- two workers
-# `make test` runs the suite on two pytest-xdist workers with `--dist loadgroup`. Each file is
-# one group (its module fixtures, such as a grading run, are then made once), except that the
-# book's build and the browser suite that reads it are one group: one build per run. The groups
-# are sent heaviest first, so that no long file starts last; the rest keep their order.
-BOOK_GROUP = ("tests/book/browser/", "tests/book/test_book.py")
-HEAVY_FIRST = ["book", "tests/grading/test_grading_cli.py", "tests/grading/test_grading_sandbox.py",
-               "tests/grading/test_grading_notebooks.py", "tests/grading/test_grading_student.py"]
+# `make test` runs the suite on two pytest-xdist workers. The unit of work a worker takes is a
+# whole file, so that a file's module fixtures (a grading run, say) are made once; the book's
+# build and the browser suite that reads it are one unit, so that the book is built once. The
+# units are handed out in the order collected, which puts the longest ones first, so that none
+# starts last. (xdist's own `--dist loadgroup` marks tests by rewriting an attribute pytest 9 no
+# longer reads, so it would send the tests of one file to both workers.)
+BOOK_UNIT = ("tests/book/browser/", "tests/book/test_book.py")
+LONGEST_FIRST = ["book", "tests/grading/test_grading_cli.py", "tests/grading/test_grading_sandbox.py",
+                 "tests/grading/test_grading_notebooks.py", "tests/grading/test_grading_student.py"]
 
 
-def _group(item) -> str:
-    path = item.nodeid.split("::")[0]
-    return "book" if path.startswith(BOOK_GROUP) else path
+def _unit(nodeid: str) -> str:
+    path = nodeid.split("::")[0]
+    return "book" if path.startswith(BOOK_UNIT) else path
 
 
-@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _unit(nodeid)
+
+    config.option.loadscopereorder = False  # keep the collected order below, not the most tests first
+    return ByUnit(config, log)
+
+
 def pytest_collection_modifyitems(config, items) -> None:
-    if not getattr(config.option, "loadgroup", False):  # what xdist sets in each worker for --dist loadgroup
-        return
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(_group(item)))
-    rank = {name: i for i, name in enumerate(HEAVY_FIRST)}
-    items.sort(key=lambda item: rank.get(_group(item), len(rank)))  # stable: each file keeps its order
+    if hasattr(config, "workerinput"):  # an xdist worker: the order units are handed out in
+        rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+        items.sort(key=lambda item: rank.get(_unit(item.nodeid), len(rank)))  # stable: files keep their order
