@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -200,3 +201,38 @@ def test_an_instructor_notebook_that_times_out_is_reported_as_such(tmp_path, mon
     monkeypatch.setattr(grade_module, "REFERENCE_TIMEOUT", 4.0)
     with pytest.raises(GradingError, match="the instructor notebook timed out"):
         grade(tmp_path / "slow.ipynb", [], tmp_path / "out", cell_timeout=100, timeout=1, progress=False)
+
+
+@pytest.mark.parametrize("failures", [1, 2])
+def test_a_run_whose_kernel_did_not_start_is_run_once_more(monkeypatch, failures):
+    """A worker that fails before the first cell (as when a kernel cannot start on a busy machine) is
+    started again once: the second run's result stands, and a third is never started."""
+    from transformer_lib.grading.run import runner
+
+    real, started = runner._run_worker, []
+
+    def flaky(argv, *args, **kwargs):
+        started.append(argv)
+        if len(started) <= failures:
+            argv = [sys.executable, "-c", "import sys; sys.stderr.write('no kernel today'); sys.exit(3)"]
+        return real(argv, *args, **kwargs)
+
+    monkeypatch.setattr(runner, "_run_worker", flaky)
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 6 * 7\nprint(x)")])
+    result = runner.run_notebook(nb, cell_timeout=60, timeout=120)
+    assert len(started) == 2
+    if failures == 1:
+        assert result.finished and not result.worker_error and result.cells[0]["output"].strip() == "42", result
+    else:
+        assert not result.cells and "worker exited with status 3: no kernel today" in result.worker_error, result
+
+
+def test_a_run_that_finished_a_cell_or_hit_a_limit_is_not_run_again():
+    from transformer_lib.grading.run.runner import never_started
+
+    cell = {"cell": 0, "status": "error"}
+    assert never_started(RunResult(worker_error="worker exited with status 1")) and never_started(RunResult(dead_at=0))
+    assert not never_started(RunResult(cells=[cell], dead_at=1)) and not never_started(RunResult(finished=True))
+    assert not never_started(RunResult(killed=True, dead_at=0))
+    assert not never_started(RunResult(out_of_memory=True, worker_error="x"))
+    assert not never_started(RunResult(out_of_disk=True, dead_at=0))

@@ -189,7 +189,7 @@ def test_without_the_sandbox_the_same_attacks_succeed(unsandboxed, name):
     result, out, _, _ = unsandboxed
     assert result.returncode == 0, result.stderr[-3000:]
     row = _rows(out)[name]
-    assert row["total"] == str(FULL - 2) and row["check_stable_softmax"] == "0", row
+    assert row["total"] == str(FULL - 2) and row["check_stable_softmax"] == "0", (row["notes"], row)
     assert "(judged without regard to that: the check cell raised NameError" in _softmax_message(out, name)
 
 

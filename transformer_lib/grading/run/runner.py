@@ -170,7 +170,33 @@ def run_notebook(nb: nbformat.NotebookNode, cell_timeout: float = 30.0, timeout:
     in bubblewrap, and the kernel's folders are on the sandbox's size-capped ``/tmp``. ``memory``
     limits each process's address space and all the run's processes together. Of each check cell's
     records only those it was to write are kept (:func:`~transformer_lib.grading.protocol.collect`).
+
+    A run that ended before any cell of the notebook had finished, with no limit hit (its kernel
+    or its watch did not start, or the kernel died in the first cell), is run once more: a kernel
+    that fails to start on a busy machine is not the student's doing. The second run's result
+    stands, whatever it is.
     """
+    for attempt in (1, 2):
+        result = _run_once(nb, cell_timeout, timeout, output_cap, token_prefix, sandbox, memory, seed, expected,
+                           keep)
+        if attempt == 2 or not never_started(result) or _STOPPING.is_set():
+            return result
+        why = result.worker_error or "the kernel died in the first cell"
+        print(f"grading: a run ended before its first cell finished ({why[:200]}); running it again",
+              file=sys.stderr)
+    raise AssertionError("unreachable")
+
+
+def never_started(result: RunResult) -> bool:
+    """True if the run ended before any cell finished, without hitting a limit."""
+    limit = result.killed or result.out_of_memory or result.out_of_disk
+    return not result.cells and not limit and (bool(result.worker_error) or result.dead_at is not None)
+
+
+def _run_once(nb: nbformat.NotebookNode, cell_timeout: float, timeout: float, output_cap: int, token_prefix: str,
+              sandbox: bool, memory: int, seed: str, expected: dict[str, int] | None,
+              keep: Path | None) -> RunResult:
+    """One attempt of :func:`run_notebook`."""
     start = time.perf_counter()
     result = RunResult(token=token_prefix + secrets.token_hex(8))
     slot = _warm_slot() if sandbox and slots.enabled() else None
