@@ -18,7 +18,7 @@ from typing import Any, Callable
 import torch
 from torch import Tensor
 
-from transformer_lib._torch_state import DispatchMode
+from transformer_lib._torch_state import EagerDispatchMode
 
 __all__ = ["peak_memory"]
 
@@ -34,7 +34,7 @@ def _tensors(obj: Any) -> list[Tensor]:
     return []
 
 
-class _LiveBytes(DispatchMode):
+class _LiveBytes(EagerDispatchMode):
     """Running and peak bytes of the storages created while the mode is active. Chapter 9."""
 
     def __init__(self, external: set[int]) -> None:

@@ -14,6 +14,8 @@ import importlib
 import io
 import itertools
 import re
+import subprocess
+import sys
 import tokenize
 import warnings
 
@@ -264,3 +266,31 @@ def test_a_torch_without_the_dispatch_mode_gets_a_placeholder_that_names_it(monk
         monkeypatch.undo()
         importlib.reload(_torch_state)
     assert _torch_state.DispatchMode is dispatch.TorchDispatchMode
+
+
+_EAGER = """
+import sys, torch
+from torch.utils._python_dispatch import TorchDispatchMode
+{setup}
+x = torch.randn(4, 4)
+{use}
+print("torch._dynamo" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize("setup, use, imported", [
+    ("from transformer_lib.memory import peak_memory", "peak_memory(torch.softmax, x, -1)", "False"),
+    ("from transformer_lib.grading.checks import check_stable_softmax",
+     "check_stable_softmax(lambda t, dim: (t - t.amax(dim, keepdim=True)).exp() / "
+     "(t - t.amax(dim, keepdim=True)).exp().sum(dim, keepdim=True))", "False"),
+    # the control: a mode of torch's own base class makes torch import its compiler on first use
+    ("class Mode(TorchDispatchMode):\n    def __torch_dispatch__(self, f, t, a=(), k=None):\n"
+     "        return f(*a, **(k or {}))", "with Mode():\n    x.exp()", "True"),
+], ids=["peak_memory", "a graded check", "control"])
+def test_the_library_s_dispatch_modes_do_not_import_torch_s_compiler(setup, use, imported):
+    """`EagerDispatchMode` keeps torch from wrapping a mode in ``torch._disable_dynamo``, whose first call
+    imports ``torch._dynamo`` (about 2 s, once in every graded kernel)."""
+    done = subprocess.run([sys.executable, "-c", _EAGER.format(setup=setup, use=use)], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split()[-1] == imported, done.stdout[-500:]

@@ -12,9 +12,8 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
-from .._calls import call
+from .._calls import EagerDispatchMode, call
 from .._harness import StudentError, draw, hidden_generator, randn, run_check, seeded
 
 __all__ = ["check_embedding_lookup", "check_nw_vectors", "check_equivariant_part", "check_fixed_mixing_answer"]
@@ -84,7 +83,7 @@ def check_embedding_lookup(fn: Callable, ids: torch.Tensor | None = None, W_E: t
 
 # ---------------------------------------------------------------- 1.2 kernel regression on vectors
 
-class _Largest(TorchDispatchMode):
+class _Largest(EagerDispatchMode):
     """The largest tensor any of torch's operations created while the block ran (views, which share
     an input's memory, are not counted), and how many operations ran: what the computation held at
     once, and whether it loops over the queries."""

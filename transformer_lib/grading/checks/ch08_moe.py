@@ -14,10 +14,9 @@ from __future__ import annotations
 from typing import Any, Callable
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from .._calls import call
+from .._calls import EagerDispatchMode, call
 from .._harness import StudentError, draw, hidden_generator, randn, run_check, seeded
 
 __all__ = ["check_hand_routing", "check_hand_balance", "check_moe_capacity", "check_balancing_grad"]
@@ -115,7 +114,7 @@ def check_moe_capacity(fn: Callable, x: torch.Tensor | None = None, n_experts: i
 _AUTOGRAD = ("backward", "dual")  # every way autograd runs: backward passes, forward-mode dual numbers
 
 
-class _Complex(TorchDispatchMode):
+class _Complex(EagerDispatchMode):
     """Note whether any operation makes a complex tensor (a complex-step derivative)."""
 
     def __init__(self, seen: list[bool]) -> None:

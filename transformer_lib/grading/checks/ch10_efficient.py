@@ -12,11 +12,10 @@ from typing import Any, Callable
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 from torch.utils.flop_counter import flop_registry
 
-from .._calls import call
+from .._calls import EagerDispatchMode, call
 from .._harness import draw, hidden_generator, randn, run_check, seeded
 
 __all__ = ["check_sliding_window", "check_causal_linear_attention"]
@@ -53,7 +52,7 @@ class _Results(TorchFunctionMode):
         return out
 
 
-class _Work(TorchDispatchMode):
+class _Work(EagerDispatchMode):
     """Count the work of every aten operation (what torch runs, also inside einsum, matmul and every
     composite function): its FLOPs where torch's FlopCounterMode knows them (mm, bmm, …), plus the
     entries it reads and writes (a view reads and writes nothing). Note the first operation that
