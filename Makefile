@@ -44,10 +44,11 @@ book: install
 
 # Two runs. First everything but the timing tests on two pytest-xdist workers, each taking a whole
 # file at a time (the book's build and the browser suite as one; tests/conftest.py): one serial run
-# kept a single core busy on average (1.19 of 2). Then the tests that compare measured times, alone.
+# kept a single core busy on average (1.19 of 2). Then the tests that compare measured times, alone:
+# they are all in tests/claims (tests/book/test_repo.py checks), so only that folder is collected.
 test: install
 	$(BIN)/python -m pytest -n 2 -m "not timing"
-	$(BIN)/python -m pytest -m timing
+	$(BIN)/python -m pytest -m timing tests/claims
 
 serve: book
 	@echo "Serving http://localhost:$(PORT)/ (Ctrl-C to stop)"

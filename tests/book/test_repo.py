@@ -177,3 +177,23 @@ def test_glue_does_not_compile_grammars_on_import():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]", f"importing glue loads {done.stdout.strip()}"
+
+
+def test_make_test_s_timing_pass_collects_every_timing_test():
+    """`make test`'s second pass runs `-m timing` on one folder only: every test marked `timing` must
+    be in it, or no pass would run it (the first deselects it)."""
+    recipe, lines = [], (REPO / "Makefile").read_text(encoding="utf-8").splitlines()
+    start = lines.index("test: install")
+    for line in lines[start + 1:]:
+        if not line.startswith("\t"):
+            break
+        recipe.append(line.strip())
+    assert recipe[0] == '$(BIN)/python -m pytest -n 2 -m "not timing"', recipe
+    words = recipe[1].split()
+    assert words[:5] == ["$(BIN)/python", "-m", "pytest", "-m", "timing"] and len(words) > 5, recipe
+    folders = [REPO / w for w in words[5:]]
+    marked = [p for p in (REPO / "tests").rglob("*.py")
+              if p != Path(__file__) and re.search(r"pytest\.mark\.timing\b", p.read_text(encoding="utf-8"))]
+    assert marked, "no test is marked timing: the search finds nothing"
+    outside = [str(p.relative_to(REPO)) for p in marked if not any(p.is_relative_to(f) for f in folders)]
+    assert not outside, f"marked timing but outside the second pass's {words[5:]}: {outside}"
