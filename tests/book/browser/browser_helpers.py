@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import base64
 import io
+import os
 import re
 import urllib.error
 import urllib.request
@@ -105,9 +106,9 @@ class PageVisitor:
         try:
             page.goto(self.base_url + path, wait_until="load")
             report.path, report.data = path, page.evaluate(COLLECT_JS)
-            if screenshot:
+            if screenshot:  # the first screen; the whole page (2 to 3 s a chapter) with BOOK_FULL_SCREENSHOTS=1
                 report.screenshot = self.screenshots / screenshot
-                page.screenshot(path=str(report.screenshot), full_page=True)
+                page.screenshot(path=str(report.screenshot), full_page=os.environ.get("BOOK_FULL_SCREENSHOTS") == "1")
         finally:
             page.context.close()
         return report

@@ -1,7 +1,8 @@
 """Each guide, chapter and exercises page, as a reader's browser renders it (offline, light mode).
 
 Every page is loaded once per session (see `PageVisitor.report`); the tests below inspect
-what that visit saw. A full-page screenshot of each page goes to `_build/screenshots/`.
+what that visit saw. A screenshot of each page's first screen goes to `_build/screenshots/` (of the
+whole page with BOOK_FULL_SCREENSHOTS=1: 2 to 3 s more a chapter).
 """
 from __future__ import annotations
 
