@@ -32,6 +32,17 @@ def _unit(nodeid: str) -> str:
     return "book" if path.startswith(BOOK_UNIT) else path
 
 
+def pytest_configure(config) -> None:
+    """On an xdist worker, torch and what the worker starts use one thread: two workers on two cores,
+    each with torch's default of a thread per core, make OpenMP threads spin against each other (a
+    file of small tensor tests took 134 s beside one busy core with two threads, 37 s with one)."""
+    if hasattr(config, "workerinput"):
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
+        import torch
+
+        torch.set_num_threads(1)
+
+
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
