@@ -4,8 +4,10 @@
 
 trains the library's ``GPT`` on the lab's training split of the Shakespeare corpus
 (``transformer_lib.corpus``, see :func:`lab_splits`) for ``--seconds`` of wall time, with
-AdamW (weight decay 0.1 on the weight matrices and embeddings, none on the norms' gains and
-biases), the gradient's norm clipped to 1 (``--clip``), and a learning rate that warms up
+torch's Muon for the blocks' weight matrices and AdamW for the embeddings and the norms' gains
+(:func:`optimisers`; ``--muon-lr 0``: AdamW for everything, nanoGPT's recipe), weight decay 0.1
+on every matrix and embedding and none on the gains and biases, the gradient's norm clipped to 1
+(``--clip``), and learning rates that warm up
 linearly over the first steps and then follows a cosine from its peak down to a tenth of it,
 reached exactly when the time is up (the schedule is a function of the elapsed fraction of the
 budget, not of a step count). A progress bar shows the running training loss, then a second
@@ -17,12 +19,12 @@ the one to report. It writes ``checkpoint.pt``, ``sample.txt`` and, with ``--cur
 ``curve.csv`` (the loss on every eighth validation window each S seconds, the clock paused
 while it is measured) to DIR, and prints as its last line::
 
-    test_loss=1.718 val_loss=1.715 steps=1811 tokens=2781696 seconds=60.0 eval_seconds=7.5
+    test_loss=1.627 val_loss=1.623 steps=1615 tokens=2480640 seconds=60.0 eval_seconds=6.6
 
 (``eval_seconds``: the time after training, to evaluate both splits, save and sample; about 7 s
 with the defaults on two cores.)
 
-The model size, batch, context, peak learning rate, warm-up, clipping and threads are options;
+The model size, batch, context, peak learning rates, warm-up, clipping and threads are options;
 their defaults are the configuration that `guides/running.md` reports (`scripts/lab_sweep.py`
 measures it). Chapter 7.
 """
@@ -45,13 +47,13 @@ from transformer_lib.data import CharTokenizer, text_batch
 from transformer_lib.model import GPT
 from transformer_lib.train import cross_entropy_loss, evaluate_loss
 
-__all__ = ["EVAL_WINDOW", "LAB_DEFAULTS", "WEIGHT_DECAY", "lab_splits", "param_groups", "lr_at",
+__all__ = ["EVAL_WINDOW", "LAB_DEFAULTS", "WEIGHT_DECAY", "lab_splits", "optimisers", "lr_at",
            "validation_loss", "load_checkpoint", "sample", "main"]
 
 EVAL_WINDOW = 64
 # The configuration the lab trains by default (the README's).
 LAB_DEFAULTS = dict(vocab_size=len(SHAKESPEARE_ALPHABET), d_model=128, layers=2, heads=4, context=64,
-                    batch=24, lr=8e-3, warmup=100, clip=1.0, threads=2)
+                    batch=24, lr=8e-3, muon_lr=0.012, warmup=100, clip=1.0, threads=2)
 WEIGHT_DECAY = 0.1    # on parameters with two or more dimensions only
 PROMPT = "KING.\n"
 
@@ -67,13 +69,24 @@ def lab_splits() -> tuple[Tensor, Tensor, Tensor]:
     return train[:-k], train[-k:], val
 
 
-def param_groups(model: nn.Module, weight_decay: float = WEIGHT_DECAY) -> list[dict]:
-    """AdamW's two parameter groups, as nanoGPT makes them: ``weight_decay`` on every parameter
-    with two or more dimensions (weight matrices, embeddings), none on the others (the norms'
-    gains, biases). A tied parameter appears once. Chapter 7."""
-    params = list(model.parameters())
-    return [dict(params=[p for p in params if p.dim() >= 2], weight_decay=weight_decay),
-            dict(params=[p for p in params if p.dim() < 2], weight_decay=0.0)]
+def optimisers(model: nn.Module, lr: float, muon_lr: float,
+               weight_decay: float = WEIGHT_DECAY) -> list[torch.optim.Optimizer]:
+    """The lab's optimisers. With ``muon_lr > 0``, torch's Muon updates the blocks' weight matrices
+    (the 2-D parameters under ``blocks.``: Q, K, V, output and MLP projections) with peak learning
+    rate ``muon_lr``, and AdamW (peak ``lr``) everything else; with ``muon_lr = 0`` AdamW updates
+    every parameter, as in nanoGPT. AdamW decays the parameters with two or more dimensions
+    (embeddings, and the matrices it updates) by ``weight_decay``, the norms' gains and biases not
+    at all; Muon decays its matrices by the same factor. Each parameter group carries its peak
+    learning rate as ``"peak"``; a tied parameter appears once. Chapter 7."""
+    named = dict(model.named_parameters())      # the tied output matrix once, as tok_emb.weight
+    muon = [p for n, p in named.items() if muon_lr > 0 and p.dim() == 2 and n.startswith("blocks.")]
+    rest = [p for p in named.values() if all(p is not q for q in muon)]
+    groups = [dict(params=[p for p in rest if p.dim() >= 2], weight_decay=weight_decay, peak=lr),
+              dict(params=[p for p in rest if p.dim() < 2], weight_decay=0.0, peak=lr)]
+    found = [torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=(0.9, 0.99), foreach=True)]
+    if muon:
+        found.append(torch.optim.Muon([dict(params=muon, peak=muon_lr)], lr=muon_lr, weight_decay=weight_decay))
+    return found
 
 
 def lr_at(step: int, elapsed: float, peak: float, warmup: int, floor: float = 0.1) -> float:
@@ -136,7 +149,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--heads", type=int, default=LAB_DEFAULTS["heads"])
     p.add_argument("--context", type=int, default=LAB_DEFAULTS["context"])
     p.add_argument("--batch", type=int, default=LAB_DEFAULTS["batch"])
-    p.add_argument("--lr", type=float, default=LAB_DEFAULTS["lr"], help="peak learning rate")
+    p.add_argument("--lr", type=float, default=LAB_DEFAULTS["lr"], help="AdamW's peak learning rate")
+    p.add_argument("--muon-lr", type=float, default=LAB_DEFAULTS["muon_lr"],
+                   help="Muon's peak learning rate for the blocks' matrices (0: AdamW for every parameter)")
     p.add_argument("--warmup", type=int, default=LAB_DEFAULTS["warmup"], help="warm-up steps")
     p.add_argument("--clip", type=float, default=LAB_DEFAULTS["clip"],
                    help="clip the gradient's norm to this value (0: no clipping)")
@@ -150,6 +165,8 @@ def _checked(args: argparse.Namespace) -> argparse.Namespace:
     for name in ("seconds", "lr"):
         if not 0 < getattr(args, name) < math.inf:
             raise SystemExit(f"--{name}: expected a finite number > 0, got {getattr(args, name)}")
+    if not 0 <= args.muon_lr < math.inf:
+        raise SystemExit(f"--muon-lr: expected a finite number >= 0 (0: no Muon), got {args.muon_lr}")
     if not 0 <= args.curve < math.inf:
         raise SystemExit(f"--curve: expected a finite number of seconds >= 0 (0: no curve), got {args.curve}")
     for name in ("d_model", "layers", "heads", "batch", "warmup", "threads"):
@@ -172,22 +189,24 @@ def _train(model: GPT, train_ids: Tensor, val_ids: Tensor, args: argparse.Namesp
     """The timed loop; returns (steps, training seconds). Chapter 7."""
     from tqdm import tqdm
 
-    opt = torch.optim.AdamW(param_groups(model), lr=args.lr, betas=(0.9, 0.99), foreach=True)
+    opts = optimisers(model, args.lr, args.muon_lr)
     gen = torch.Generator().manual_seed(args.seed)
     bar = tqdm(total=round(args.seconds), unit="s", disable=args.no_progress, file=sys.stderr, desc="training",
                bar_format="{desc}: {percentage:3.0f}%|{bar}| {n:.0f}/{total:.0f} s{postfix}")
     steps, clock, running, next_curve = 0, 0.0, None, args.curve
     while clock < args.seconds:
         start = time.perf_counter()
-        for group in opt.param_groups:
-            group["lr"] = lr_at(steps, clock / args.seconds, args.lr, args.warmup)
+        for group in (g for opt in opts for g in opt.param_groups):
+            group["lr"] = lr_at(steps, clock / args.seconds, group["peak"], args.warmup)
         x, y = text_batch(train_ids, args.batch, args.context, gen)
         loss = cross_entropy_loss(model(x), y)
-        opt.zero_grad(set_to_none=True)
+        for opt in opts:
+            opt.zero_grad(set_to_none=True)
         loss.backward()
         if args.clip:
             torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip, foreach=True)
-        opt.step()
+        for opt in opts:
+            opt.step()
         steps += 1
         clock += time.perf_counter() - start
         value = loss.item()

@@ -7,10 +7,10 @@ A point of the sweep is a budget C (FLOPs), a width d and a seed. The model is t
 d; its size N counts the *non-embedding* parameters, Kaplan et al.'s convention: every weight
 of the blocks and the norms' gains, not the token table nor the position table (the tied
 unembedding is the token table). It trains on D = C / (6N) characters of the Shakespeare
-training split, ``steps = round(D / (batch · context))`` steps of the lab's recipe (AdamW,
-the gradient's norm clipped to 1, a linear warm-up and a cosine to a tenth of the peak that
-ends at the last step: the schedule runs over the token budget, not the clock), then is
-evaluated on the whole validation split (``lab.validation_loss``). The peak learning rate
+training split, ``steps = round(D / (batch · context))`` steps of the lab's recipe before Muon
+(AdamW for every parameter, decaying all of them, the gradient's norm clipped to 1, a linear
+warm-up and a cosine to a tenth of the peak that ends at the last step: the schedule runs over
+the token budget, not the clock), then is evaluated on the whole validation split (``lab.validation_loss``). The peak learning rate
 shrinks with the width (:func:`peak_lr`). One point runs on one thread and is deterministic:
 the same seed, thread count and machine give the same loss to the last bit.
 

@@ -61,10 +61,10 @@ def run(tmp_path_factory):
         seen["models"].append(GPT(config))
         return seen["models"][-1]
 
-    def before_step(optimizer, args, kwargs):
+    def before_step(optimizer, args, kwargs):  # each optimiser steps on its share of the parameters
         seen["optimisers"].add(optimizer)
         grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
-        stepped.append(float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))))
+        stepped.append(float(sum(g.pow(2).sum() for g in grads)))
     from torch.optim.optimizer import register_optimizer_step_pre_hook
 
     text_batch = lab.text_batch
@@ -128,31 +128,46 @@ def test_training_reads_only_the_training_split(run):
     assert len(train) + len(test) + len(val) == len(shakespeare_text())
 
 
-def test_weight_decay_falls_on_matrices_and_embeddings_only(run):
-    """nanoGPT's rule: the lab's one optimiser decays every nn.Linear and nn.Embedding weight and
-    the learned positions by 0.1, and no norm's gain or bias; each parameter sits in exactly one
-    group, the tied output matrix once."""
+def test_muon_takes_the_blocks_matrices_and_adamw_the_rest(run):
+    """Muon updates every nn.Linear weight of the blocks; AdamW the embeddings (the learned positions
+    and the token embedding, tied to the output matrix) with weight decay 0.1, and the norms' gains
+    without; Muon decays its matrices by 0.1 too. Each parameter sits in exactly one group, the tied
+    output matrix once, and each group ends the run at a tenth of its own peak learning rate."""
     _, _, _, _, seen = run
-    (model,), (opt,) = seen["models"], seen["optimisers"]
-    decay = [g for g in opt.param_groups if g["weight_decay"] == 0.1]
-    plain = [g for g in opt.param_groups if g["weight_decay"] == 0.0]
-    assert len(decay) == len(plain) == 1 and len(opt.param_groups) == 2
-    decayed, kept = {id(p) for p in decay[0]["params"]}, {id(p) for p in plain[0]["params"]}
-    assert not decayed & kept and decayed | kept == {id(p) for p in model.parameters()}
-    assert len(decay[0]["params"]) + len(plain[0]["params"]) == len(list(model.parameters()))
+    (model,) = seen["models"]
+    adamw, muon = sorted(seen["optimisers"], key=lambda o: type(o).__name__)
+    assert type(adamw) is torch.optim.AdamW and type(muon) is torch.optim.Muon
+    groups = [*adamw.param_groups, *muon.param_groups]
+    ids = [id(p) for g in groups for p in g["params"]]
+    assert len(ids) == len(set(ids)) == len(list(model.parameters()))
     names = {id(p): name for name, p in model.named_parameters()}
-    norms = linears = 0
-    for name, module in model.named_modules():
-        if isinstance(module, (LayerNorm, RMSNorm, torch.nn.LayerNorm)):
-            norms += 1
-            assert all(id(p) in kept for p in module.parameters()), name
-        if isinstance(module, (torch.nn.Linear, torch.nn.Embedding)):
-            linears += 1
-            assert id(module.weight) in decayed, name
-            assert getattr(module, "bias", None) is None or id(module.bias) in kept, name
-    assert id(model.pos_emb.weight) in decayed and model.lm_head.weight is model.tok_emb.weight
-    assert norms == 3 and linears == 8, (norms, linears)
-    assert sorted(names[i] for i in kept) == ["blocks.0.norm1.weight", "blocks.0.norm2.weight", "norm_f.weight"]
+    matrices = {f"{name}.weight" for name, m in model.named_modules()
+                if isinstance(m, torch.nn.Linear) and name.startswith("blocks.")}
+    assert len(matrices) == 6 and {names[id(p)] for g in muon.param_groups for p in g["params"]} == matrices
+    assert all(g["weight_decay"] == 0.1 for g in muon.param_groups)
+    decay = [g for g in adamw.param_groups if g["weight_decay"] == 0.1]
+    plain = [g for g in adamw.param_groups if g["weight_decay"] == 0.0]
+    assert len(decay) == len(plain) == 1 and len(adamw.param_groups) == 2
+    assert sorted(names[id(p)] for p in decay[0]["params"]) == ["pos_emb.weight", "tok_emb.weight"]
+    assert model.lm_head.weight is model.tok_emb.weight
+    norms = {f"{name}.weight" for name, m in model.named_modules() if isinstance(m, (LayerNorm, RMSNorm))}
+    assert sorted(names[id(p)] for p in plain[0]["params"]) == sorted(norms) == [
+        "blocks.0.norm1.weight", "blocks.0.norm2.weight", "norm_f.weight"]
+    for opt, peak in ((adamw, 1e-2), (muon, lab.LAB_DEFAULTS["muon_lr"])):
+        for g in opt.param_groups:
+            assert g["peak"] == peak and g["lr"] == pytest.approx(0.1 * peak, rel=0.05), (type(opt), g["lr"], peak)
+
+
+def test_without_muon_adamw_updates_every_parameter():
+    """``muon_lr = 0``: nanoGPT's recipe, one AdamW that decays every matrix and embedding by 0.1
+    and no norm's gain."""
+    model = GPT(ModelConfig(vocab_size=65, n_ctx=64, d_model=32, n_layers=2, n_heads=2, bias=False))
+    (opt,) = lab.optimisers(model, 1e-3, 0.0)
+    assert type(opt) is torch.optim.AdamW
+    decay, plain = opt.param_groups
+    assert (decay["weight_decay"], plain["weight_decay"], decay["peak"]) == (0.1, 0.0, 1e-3)
+    assert {id(p) for p in decay["params"]} == {id(p) for p in model.parameters() if p.dim() >= 2}
+    assert {id(p) for p in plain["params"]} == {id(p) for p in model.parameters() if p.dim() < 2}
 
 
 def test_the_checkpoint_reloads_and_samples_the_same_text(run):
@@ -189,7 +204,9 @@ def test_the_optimiser_steps_on_the_clipped_gradient(run):
     """The order of a step: the gradient is clipped before the optimiser reads it. At every step
     the gradient the optimiser sees has norm at most 1, although early raw gradients are larger;
     a loop that clipped after the step, or never, would hand it those."""
-    _, lines, clipped, stepped, _ = run
+    _, lines, clipped, stepped, seen = run
+    per_step = len(seen["optimisers"])  # each optimiser steps on its share: the squared norms add up
+    stepped = [math.sqrt(sum(stepped[i:i + per_step])) for i in range(0, len(stepped), per_step)]
     assert len(stepped) == int(LAST.fullmatch(lines[-1])["steps"]) == len(clipped)
     assert max(stepped) <= 1.0 + 1e-5, max(stepped)
     assert all(abs(seen - min(raw, 1.0)) < 1e-4 for seen, (_, raw) in zip(stepped, clipped))
@@ -226,6 +243,8 @@ BAD_OPTIONS = [
       for name in ("seconds", "lr") for value, shown in (("0", "0.0"), ("-1", "-1.0"), ("nan", "nan"), ("inf", "inf"))],
     *[(["--curve", value], f"{CURVE} {shown}") for value, shown in (("-1", "-1.0"), ("nan", "nan"), ("inf", "inf"))],
     *[(["--clip", value], f"{CLIP} {shown}") for value, shown in (("-1", "-1.0"), ("nan", "nan"), ("inf", "inf"))],
+    *[(["--muon-lr", value], f"--muon-lr: expected a finite number >= 0 (0: no Muon), got {shown}")
+      for value, shown in (("-1", "-1.0"), ("nan", "nan"), ("inf", "inf"))],
     *[([f"--{name}", value], f"--{name}: expected an int >= 1, got {value}")
       for name in ("d-model", "layers", "heads", "batch", "warmup", "threads") for value in ("0", "-2")],
     (["--context", "32"], "--context: expected at least the 64 characters of the evaluation windows, got 32"),
@@ -256,7 +275,7 @@ def test_every_option_with_a_value_has_a_bad_value_tested():
 def test_the_defaults_and_edge_values_are_accepted():
     args = lab._checked(lab._parser().parse_args(["shakespeare"]))
     assert (args.seconds, args.curve, args.clip, args.seed) == (60.0, 0.0, 1.0, 0)
-    lab._checked(lab._parser().parse_args(["shakespeare", "--clip", "0", "--curve", "0", "--context", "64",
+    lab._checked(lab._parser().parse_args(["shakespeare", "--clip", "0", "--curve", "0", "--context", "64", "--muon-lr", "0",
                                            "--seed", str(2**63 - 1)]))
 
 
