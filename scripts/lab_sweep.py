@@ -100,7 +100,7 @@ def plot() -> None:
     for name in dict.fromkeys(r["configuration"] for r in rows):
         mine = [r for r in rows if r["configuration"] == name]
         ax.plot([float(r["seconds"]) for r in mine], [float(r["val_loss_every_8th_window"]) for r in mine],
-                marker="o", ms=3, lw=2.5 if "defaults" in name else 1.2, label=name)
+                marker="o", ms=3, lw=2.5 if name.endswith("(the defaults)") else 1.2, label=name)
     ax.plot([s for s, _ in GOALS], [g for _, g in GOALS], marker="*", ms=12, color="grey", ls="none",
             label="goals: " + ", ".join(f"{g} by {s} s" for s, g in GOALS) + " (each its own budget)")
     ax.set(xlabel="seconds of training (60 s budget)", ylabel="validation loss (nats/char)", ylim=(1.55, 2.6),
