@@ -29,8 +29,7 @@ _spec = importlib.util.spec_from_file_location("lab_sweep", REPO / "scripts" / "
 lab_sweep = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(lab_sweep)
 
-LAST = re.compile(r"test_loss=(?P<test>\d+\.\d{3}) val_loss=(?P<val>\d+\.\d{3}) steps=(?P<steps>\d+) "
-                  r"tokens=(?P<tokens>\d+) seconds=(?P<seconds>\d+\.\d) eval_seconds=(?P<eval>\d+\.\d)")
+LAST = lab_sweep.LAST  # the lab's last line, as scripts/lab_sweep.py reads it
 TINY = ["--d-model", "32", "--layers", "1", "--heads", "2", "--batch", "16", "--threads", "1",
         "--warmup", "10", "--lr", "1e-2", "--no-progress"]
 
@@ -84,8 +83,9 @@ def run(tmp_path_factory):
 def test_the_last_line_parses_and_the_loss_falls(run):
     out, lines, _, _, _ = run
     m = LAST.fullmatch(lines[-1])
-    assert m and lab_sweep.LAST.fullmatch(lines[-1]), lines[-1]    # scripts/lab_sweep.py parses it too
-    test, val, steps, tokens, seconds = float(m["test"]), float(m["val"]), int(m["steps"]), int(m["tokens"]), float(m["seconds"])
+    assert m, lines[-1]
+    test, val = float(m["test_loss"]), float(m["val_loss"])
+    steps, tokens, seconds = int(m["steps"]), int(m["tokens"]), float(m["seconds"])
     assert tokens == steps * 16 * 64 and steps > 20
     assert 3.0 <= seconds < 4.0
     untrained = math.log(len(SHAKESPEARE_ALPHABET))           # 4.43: a model that knows nothing
@@ -99,7 +99,7 @@ def test_the_evaluation_time_is_reported_and_bounded(run):
     """The last line states the time spent after training (both splits evaluated, the checkpoint
     saved, 500 characters sampled): for the tiny model a second or two, bounded generously."""
     _, lines, _, _, _ = run
-    assert 0.0 < float(LAST.fullmatch(lines[-1])["eval"]) < 20.0, lines[-1]
+    assert 0.0 < float(LAST.fullmatch(lines[-1])["eval_seconds"]) < 20.0, lines[-1]
 
 
 def test_the_splits_are_contiguous_disjoint_and_the_sizes_stated():
@@ -185,10 +185,10 @@ def test_the_checkpoint_reloads_and_samples_the_same_text(run):
     _, val_ids = shakespeare_ids()
     m = LAST.fullmatch(lines[-1])
     test, val = lab.validation_loss(model, test_ids), lab.validation_loss(model, val_ids)
-    assert abs(test - float(m["test"])) < 5e-4 and abs(val - float(m["val"])) < 5e-4, (test, val, lines[-1])
+    assert abs(test - float(m["test_loss"])) < 5e-4 and abs(val - float(m["val_loss"])) < 5e-4, (test, val, lines[-1])
     assert abs(test - val) > 1e-3, "the two splits should give different losses"
     saved = torch.load(out / "checkpoint.pt", weights_only=True)
-    assert (round(saved["test_loss"], 3), round(saved["val_loss"], 3)) == (float(m["test"]), float(m["val"]))
+    assert (round(saved["test_loss"], 3), round(saved["val_loss"], 3)) == (float(m["test_loss"]), float(m["val_loss"]))
 
 
 def test_every_step_clips_the_gradient_to_the_default_norm(run):
