@@ -176,15 +176,14 @@ def run_notebook(nb: nbformat.NotebookNode, cell_timeout: float = 30.0, timeout:
     that fails to start on a busy machine is not the student's doing. The second run's result
     stands, whatever it is.
     """
-    for attempt in (1, 2):
-        result = _run_once(nb, cell_timeout, timeout, output_cap, token_prefix, sandbox, memory, seed, expected,
-                           keep)
-        if attempt == 2 or not never_started(result) or _STOPPING.is_set():
-            return result
+    args = (nb, cell_timeout, timeout, output_cap, token_prefix, sandbox, memory, seed, expected, keep)
+    result = _run_once(*args)
+    if never_started(result) and not _STOPPING.is_set():
         why = result.worker_error or "the kernel died in the first cell"
         print(f"grading: a run ended before its first cell finished ({why[:200]}); running it again",
               file=sys.stderr)
-    raise AssertionError("unreachable")
+        result = _run_once(*args)
+    return result
 
 
 def never_started(result: RunResult) -> bool:
