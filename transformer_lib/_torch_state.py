@@ -11,8 +11,10 @@ explicit path, which is always correct.
 
 ``DispatchMode`` is torch's base class for watching every operator call
 (``torch.utils._python_dispatch.TorchDispatchMode``); if torch moves it, a placeholder stands in
-whose use raises an error that names it. `transformer_lib.memory` and the grader subclass
-``EagerDispatchMode``, which keeps torch from importing its compiler on a mode's first call.
+whose use raises an error that names it. `transformer_lib.memory` subclasses
+``EagerDispatchMode``, which keeps torch from importing its compiler on a mode's first call (the
+grader's checks keep a copy of it in `grading/_calls.py`: they import nothing of the library
+outside their own package, which a notebook could have patched).
 This is the only module of the library outside `transformer_lib.grading` that names a private
 torch module (a test reads the others).
 """
@@ -39,8 +41,7 @@ except ImportError:  # pragma: no cover - depends on the torch release
 
 
 class EagerDispatchMode(DispatchMode):
-    """``DispatchMode`` for modes that never run under ``torch.compile`` (the library's and the
-    grader's). Torch wraps a subclass's ``__torch_dispatch__`` in ``torch._disable_dynamo`` unless the
+    """``DispatchMode`` for modes that never run under ``torch.compile``. Torch wraps a subclass's ``__torch_dispatch__`` in ``torch._disable_dynamo`` unless the
     class's ``_should_skip_dynamo`` says False, and that wrapper's first call imports
     ``torch._dynamo``: about 2 s of CPU in every process that uses the mode. If torch renames the
     hook, the wrapping and the import come back: slower, never wrong."""

@@ -10,9 +10,10 @@ unembedding is the token table). It trains on D = C / (6N) characters of the Sha
 training split, ``steps = round(D / (batch · context))`` steps of the lab's recipe before Muon
 (AdamW for every parameter, decaying all of them, the gradient's norm clipped to 1, a linear
 warm-up and a cosine to a tenth of the peak that ends at the last step: the schedule runs over
-the token budget, not the clock), then is evaluated on the whole validation split (``lab.validation_loss``). The peak learning rate
-shrinks with the width (:func:`peak_lr`). One point runs on one thread and is deterministic:
-the same seed, thread count and machine give the same loss to the last bit.
+the token budget, not the clock), then is evaluated on the whole validation split
+(``lab.validation_loss``). The peak learning rate shrinks with the width (:func:`peak_lr`). One
+point runs on one thread and is deterministic: the same seed, thread count and machine give the
+same loss to the last bit.
 
 The command runs the whole plan (:data:`PLAN`) two points at a time in two processes, with a
 progress bar over the FLOPs, and writes a CSV whose first lines (``#``) record its provenance.
