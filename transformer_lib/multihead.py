@@ -9,6 +9,11 @@ The same module carries the options later chapters need: a causal mask (Chapter 
 and ALiBi (Chapter 6), grouped-query attention with ``n_kv_heads < n_heads`` (Chapter 9) and
 a key/value cache for generation (Chapter 7).
 
+In self-attention Q, K and V come out of one matrix product, with ``qkv_weights()``: W_Q, W_K
+and W_V stacked, as nanoGPT's ``c_attn`` and ``nn.MultiheadAttention``'s ``in_proj_weight`` hold
+them. The parameters stay in ``q_proj``, ``k_proj`` and ``v_proj``, three ``nn.Linear`` layers, so
+each can be read, loaded, hooked or optimised on its own.
+
 Two paths compute the same attention. The explicit one (scores, softmax, weights times
 values, as ``transformer_lib.attention.scaled_dot_product_attention``) returns the weights, passes
 the hook points ``hook_scores`` and ``hook_pattern``, and is what ``FlopCounterMode`` counts; the
@@ -54,7 +59,8 @@ def merge_heads(x: Tensor) -> Tensor:
 class MultiHeadAttention(nn.Module):
     """Multi-head (self- or cross-) attention.
 
-    ``q_proj: d -> d``, ``k_proj, v_proj: d -> n_kv_heads·d_k``, ``out_proj: d -> d``; with
+    ``q_proj: d -> d``, ``k_proj, v_proj: d -> n_kv_heads·d_k`` (stacked by ``qkv_weights`` for
+    self-attention's one product), ``out_proj: d -> d``; with
     ``bias=True`` and ``n_kv_heads == n_heads`` that is ``4d² + 4d`` parameters for any number
     of heads (Chapter 5); with fewer key/value heads, ``2d² + 2d·n_kv_heads·d_k`` weights.
 
@@ -183,9 +189,14 @@ class MultiHeadAttention(nn.Module):
         if positions is not None:
             positions = require_positions("positions", positions, batched.shape[0], batched.shape[1])
         (b, n, _), m, h, h_kv = batched.shape, src.shape[1], self.n_heads, self.n_kv_heads
-        q = self.hook_q(self.q_proj(batched).view(b, n, h, self.d_k)).transpose(1, 2)
-        k = self.hook_k(self.k_proj(src).view(b, m, h_kv, self.d_k)).transpose(1, 2)
-        v = self.hook_v(self.v_proj(src).view(b, m, h_kv, self.d_k)).transpose(1, 2)
+        if context is None and not self._projections_hooked():
+            q, k, v = F.linear(batched, *self.qkv_weights()).split(         # (b, n, d + 2·h_kv·d_k)
+                [self.d_model, h_kv * self.d_k, h_kv * self.d_k], dim=-1)
+        else:  # cross-attention (K, V from the context), or a hook on a projection sees its own call
+            q, k, v = self.q_proj(batched), self.k_proj(src), self.v_proj(src)
+        q = self.hook_q(q.view(b, n, h, self.d_k)).transpose(1, 2)
+        k = self.hook_k(k.view(b, m, h_kv, self.d_k)).transpose(1, 2)
+        v = self.hook_v(v.view(b, m, h_kv, self.d_k)).transpose(1, 2)
         q, k, v, q_pos, k_pos = self._extend_cache(q, k, v, cache, positions)  # (b, h, n, d_k) …
         # the fused kernel's own causal flag (top-left aligned) serves when nothing else masks
         is_causal = fused and self.causal and mask is None and not self.alibi and q.shape[-2] == k.shape[-2]
@@ -206,6 +217,22 @@ class MultiHeadAttention(nn.Module):
             out = out.squeeze(0)
             weights = None if weights is None else weights.squeeze(0)
         return (out, weights) if return_weights else out
+
+    def qkv_weights(self) -> tuple[Tensor, Tensor | None]:
+        """W_Q, W_K and W_V stacked, ``(d + 2·n_kv_heads·d_k, d)`` in ``nn.Linear``'s
+        ``(out, in)`` layout (rows: Q, then K, then V, as ``nn.MultiheadAttention``'s
+        ``in_proj_weight``), and their biases stacked the same way (None without biases): one
+        matrix, so self-attention gets Q, K and V from one product. A new tensor at each call;
+        gradients flow back to ``q_proj``, ``k_proj`` and ``v_proj``. Chapter 5."""
+        projections = (self.q_proj, self.k_proj, self.v_proj)
+        weight = torch.cat([p.weight for p in projections])
+        bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projections])
+        return weight, bias
+
+    def _projections_hooked(self) -> bool:
+        """Whether a forward hook sits on ``q_proj``, ``k_proj`` or ``v_proj``: then each
+        projection is called on its own, so the hook sees its call."""
+        return any(p._forward_hooks or p._forward_pre_hooks for p in (self.q_proj, self.k_proj, self.v_proj))
 
     def _fused_ok(self, return_weights: bool) -> bool:
         """The one place that chooses the path: the fused kernel unless ``fused`` is False, the

@@ -1,6 +1,7 @@
 """The decoder-only GPT (Chapter 7): exact sizes, GPT-2 weights, causality, KV-cache generation."""
 from __future__ import annotations
 
+import copy
 import math
 import re
 
@@ -140,6 +141,22 @@ def test_gpt2_weights_give_same_logits(tiny_gpt2):
     torch.testing.assert_close(ours(idx), expected, atol=1e-5, rtol=0)
     assert ours.lm_head.weight is ours.tok_emb.weight
     assert count_params(ours) == count_params(hf)
+
+
+def test_gpt2_gradients_equal_hugging_face_through_the_one_qkv_product(tiny_gpt2):
+    """Inside the model, the gradient of each layer's stacked Q, K, V product reaches q_proj,
+    k_proj and v_proj as GPT-2's c_attn gradient, whose (d, 3d) columns are Q, K, V."""
+    hf, ours = (copy.deepcopy(m) for m in tiny_gpt2)
+    idx = _ids(12, 50, seed=3, batch=2)
+    for model, logits in ((hf, lambda: hf(idx).logits), (ours, lambda: ours(idx))):
+        F.cross_entropy(logits()[:, :-1].flatten(0, 1), idx[:, 1:].flatten()).backward()
+    d = ours.config.d_model
+    for i, block in enumerate(ours.blocks):
+        c_attn = hf.transformer.h[i].attn.c_attn
+        for j, name in enumerate(("q_proj", "k_proj", "v_proj")):
+            lin = getattr(block.attn, name)
+            torch.testing.assert_close(lin.weight.grad, c_attn.weight.grad[:, j * d:(j + 1) * d].T, atol=1e-6, rtol=1e-4)
+            torch.testing.assert_close(lin.bias.grad, c_attn.bias.grad[j * d:(j + 1) * d], atol=1e-6, rtol=1e-4)
 
 
 def test_gpt2_loader_accepts_bare_transformer_keys(tiny_gpt2):

@@ -115,6 +115,90 @@ def test_gqa_parameter_count():
     assert sum(p.numel() for p in m.parameters()) == 2 * d * d + 2 * d * h_kv * d_k
 
 
+# ------------------------------------------------------------------ Q, K, V in one product
+@pytest.mark.parametrize("h_kv, bias", [(4, True), (1, True), (2, False)])
+def test_qkv_weights_stack_the_three_projections_row_by_row(h_kv, bias):
+    d, h = 16, 4
+    kv = h_kv * (d // h)
+    m = MultiHeadAttention(d, h, n_kv_heads=h_kv, bias=bias)
+    with torch.no_grad():                      # row r of Q, K, V holds r·d + column, counted on from Q to V
+        for name, start in (("q_proj", 0), ("k_proj", d), ("v_proj", d + kv)):
+            lin = getattr(m, name)
+            lin.weight.copy_(torch.arange(float(start * d), float((start + lin.out_features) * d)).view(-1, d))
+            if bias:
+                lin.bias.copy_(-torch.arange(float(start), float(start + lin.out_features)))
+    weight, b = m.qkv_weights()
+    assert torch.equal(weight, torch.arange(float((d + 2 * kv) * d)).view(d + 2 * kv, d))
+    assert torch.equal(b, -torch.arange(float(d + 2 * kv))) if bias else b is None
+    names = [f"{lin}.{p}" for lin in ("q_proj", "k_proj", "v_proj", "out_proj") for p in ("weight", "bias")[:1 + bias]]
+    assert [n for n, _ in m.named_parameters()] == names    # the parameters stay those of four nn.Linear
+
+
+class _Linears(torch.overrides.TorchFunctionMode):
+    """The weight shapes of every ``F.linear`` called inside it."""
+
+    def __init__(self):
+        super().__init__()
+        self.shapes = []
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if func is F.linear:
+            self.shapes.append(tuple(args[1].shape))
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("h_kv", [4, 2])
+def test_self_attention_gets_q_k_v_from_one_product(h_kv):
+    """One product for Q, K and V, one for the output: as nanoGPT's c_attn and c_proj."""
+    m, x = make(16, 4, n_kv_heads=h_kv, causal=True), rand(2, 5, 16, seed=1)
+    with _Linears() as seen:
+        m(x)
+    assert seen.shapes == [(16 + 2 * 4 * h_kv, 16), (16, 16)]
+    with _Linears() as seen:                   # cross-attention: K and V come from the context
+        m(x, context=rand(2, 7, 16, seed=2))
+    assert seen.shapes == [(16, 16), (4 * h_kv, 16), (4 * h_kv, 16), (16, 16)]
+
+
+def test_gradients_reach_each_projection_as_torch_in_proj_weight():
+    """The gradient of the stacked product lands in q_proj, k_proj and v_proj: the rows of
+    torch.nn.MultiheadAttention's in_proj_weight gradient."""
+    torch.manual_seed(0)
+    ref = nn.MultiheadAttention(8, 2, batch_first=True).double()
+    ours = MultiHeadAttention.from_torch(ref)
+    x = rand(2, 5, 8, seed=4)
+    ref(x, x, x, need_weights=False)[0].pow(2).sum().backward()
+    ours(x).pow(2).sum().backward()
+    for i, name in enumerate(("q_proj", "k_proj", "v_proj")):
+        lin = getattr(ours, name)
+        torch.testing.assert_close(lin.weight.grad, ref.in_proj_weight.grad[8 * i:8 * (i + 1)], **TOL)
+        torch.testing.assert_close(lin.bias.grad, ref.in_proj_bias.grad[8 * i:8 * (i + 1)], **TOL)
+
+
+def test_hooks_on_the_projections_see_their_own_calls():
+    """hook_q, hook_k, hook_v hold X W_Q + b, … split into heads; a forward hook on a
+    projection sees its own call, and what it returns is what the layer uses."""
+    m, x = make(16, 4, n_kv_heads=2, causal=True), rand(2, 5, 16, seed=1)
+    seen = {}
+    handles = [getattr(m, f"hook_{name}").register_forward_hook(
+        lambda mod, inp, t, name=name: seen.setdefault(name, t.clone())) for name in "qkv"]
+    with torch.no_grad():
+        out = m(x)
+    for name, heads in (("q", 4), ("k", 2), ("v", 2)):
+        lin = getattr(m, f"{name}_proj")
+        torch.testing.assert_close(seen[name], (x @ lin.weight.T + lin.bias).view(2, 5, heads, 4), atol=1e-12, rtol=0)
+    for handle in handles:
+        handle.remove()
+    handle = m.k_proj.register_forward_hook(lambda mod, inp, k: torch.zeros_like(k))
+    with torch.no_grad():
+        hooked = m(x)
+        ref = make(16, 4, n_kv_heads=2, causal=True)
+        ref.k_proj.weight.zero_(), ref.k_proj.bias.zero_()          # keys 0: every weight uniform
+        torch.testing.assert_close(hooked, ref(x), **TOL)
+    handle.remove()
+    with torch.no_grad():
+        torch.testing.assert_close(m(x), out, atol=1e-12, rtol=0)     # the one product again
+
+
 # ------------------------------------------------------------------ GQA
 @pytest.mark.parametrize("h_kv", [1, 2, 4])
 @pytest.mark.parametrize("causal", [False, True])
