@@ -35,14 +35,14 @@ BROKEN = {
         SCA, [("lib:transformer_lib.scaling:isoflop_optima", [(
             'rows = np.arange(len(sweep["budget"])) if rows is None else np.asarray(rows)',
             'rows = np.flatnonzero(sweep["seed"] == 0) if rows is None else np.asarray(rows)')]),
-              ("inside, between = [], []", [])],
+              ("room, between, outside = [], [], []", [])],
         "assert min(own) < n_c < max(own)"),
     "S papers: the power law fitted the wrong way round (log C on log N)": (
         SCA, [("lib:transformer_lib.scaling:power_law", [(
             "np.polyfit(np.log(np.asarray(budgets, float)), np.log(np.asarray(values, float)), 1)",
             "np.polyfit(np.log(np.asarray(values, float)), np.log(np.asarray(budgets, float)), 1)")]),
               ("a, k_n = power_law(budgets, n_opt)", []), ("CHINCHILLA_A, KAPLAN_A = ", [])],
-        "assert abs(a_low - KAPLAN_A) < 0.05"),
+        "assert 0 < a_low - KAPLAN_A < 0.1"),
     "S surface: N_opt's exponent α/(α+β) instead of β/(α+β)": (
         SCA, [("lib:transformer_lib.scaling:parametric_optimum", [(
             '(require_positive("budget", budget) / 6) ** (beta / (alpha + beta))',
