@@ -189,10 +189,10 @@ class MultiHeadAttention(nn.Module):
         if positions is not None:
             positions = require_positions("positions", positions, batched.shape[0], batched.shape[1])
         (b, n, _), m, h, h_kv = batched.shape, src.shape[1], self.n_heads, self.n_kv_heads
-        if context is None and not self._projections_hooked():
+        if context is None and self._one_product():
             q, k, v = F.linear(batched, *self.qkv_weights()).split(         # (b, n, d + 2·h_kv·d_k)
                 [self.d_model, h_kv * self.d_k, h_kv * self.d_k], dim=-1)
-        else:  # cross-attention (K, V from the context), or a hook on a projection sees its own call
+        else:  # cross-attention (K, V from the context), or a projection hooked or replaced
             q, k, v = self.q_proj(batched), self.k_proj(src), self.v_proj(src)
         q = self.hook_q(q.view(b, n, h, self.d_k)).transpose(1, 2)
         k = self.hook_k(k.view(b, m, h_kv, self.d_k)).transpose(1, 2)
@@ -229,10 +229,12 @@ class MultiHeadAttention(nn.Module):
         bias = None if self.q_proj.bias is None else torch.cat([p.bias for p in projections])
         return weight, bias
 
-    def _projections_hooked(self) -> bool:
-        """Whether a forward hook sits on ``q_proj``, ``k_proj`` or ``v_proj``: then each
-        projection is called on its own, so the hook sees its call."""
-        return any(p._forward_hooks or p._forward_pre_hooks for p in (self.q_proj, self.k_proj, self.v_proj))
+    def _one_product(self) -> bool:
+        """Whether ``q_proj``, ``k_proj`` and ``v_proj`` are plain ``nn.Linear`` layers without
+        forward hooks, so that one product by ``qkv_weights()`` computes what their calls would.
+        A projection replaced by another module, or with a hook, is called on its own."""
+        return all(type(p) is nn.Linear and not (p._forward_hooks or p._forward_pre_hooks)
+                   for p in (self.q_proj, self.k_proj, self.v_proj))
 
     def _fused_ok(self, return_weights: bool) -> bool:
         """The one place that chooses the path: the fused kernel unless ``fused`` is False, the

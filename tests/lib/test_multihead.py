@@ -199,6 +199,24 @@ def test_hooks_on_the_projections_see_their_own_calls():
         torch.testing.assert_close(m(x), out, atol=1e-12, rtol=0)     # the one product again
 
 
+class _ZeroKeys(nn.Linear):
+    def forward(self, x):
+        return torch.zeros_like(super().forward(x))
+
+
+def test_a_replaced_projection_is_called_as_it_is():
+    """A projection swapped for another module (here an nn.Linear subclass whose keys are all 0)
+    computes through its own forward, not through its weight in the stacked product."""
+    m, x = make(16, 4, n_kv_heads=2, causal=True), rand(2, 5, 16, seed=1)
+    ref = make(16, 4, n_kv_heads=2, causal=True)
+    swapped = _ZeroKeys(16, 8).double()
+    with torch.no_grad():
+        swapped.load_state_dict(m.k_proj.state_dict())
+        m.k_proj = swapped
+        ref.k_proj.weight.zero_(), ref.k_proj.bias.zero_()
+        torch.testing.assert_close(m(x), ref(x), **TOL)
+
+
 # ------------------------------------------------------------------ GQA
 @pytest.mark.parametrize("h_kv", [1, 2, 4])
 @pytest.mark.parametrize("causal", [False, True])
