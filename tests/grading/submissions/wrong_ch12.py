@@ -53,7 +53,7 @@ _SHIFTS = """
 WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
     "appendix_scaling": {
         "plan: the visible answer hard-coded": ({"compute_optimal": """
-    return 9953.12691720852, 3349031.275357442, 2.0495848706020694
+    return 9329.896466930752, 3572744.183333792, 2.046798117329023
 """}, _PLAN, "N is not the compute-optimal size"),
         "plan: D = C / (2N)": ({"compute_optimal": _RIGHT.replace("(6 * n)", "(2 * n)")}, _PLAN, "not 2"),
         "plan: the parabola fitted in N, not log N": ({"compute_optimal": _OWN_PARABOLAS + """
@@ -155,8 +155,8 @@ WRONG: dict[str, dict[str, tuple[dict[str, str], set[str], str]]] = {
     _, n_flawed, _ = isoflop_optima(flawed)
 """) + _SHIFTS}, _FLAW, "the course library"),
         "lr flaw: the visible answer hard-coded": ({"lr_flaw": """
-    return [8, 12, 16, 24, 32], [1.2071219771675836, 1.083883242288028, 1.1073724076835065, 1.1043349553824255], \\
-        -0.021316534560376743
+    return [8, 12, 16, 24, 32], [1.2481939946003555, 1.0840249313502852, 1.1177853711993258, 1.0960909240703374], \\
+        -0.031181586035091025
 """}, _FLAW, "the disadvantaged widths are not right"),
     },
 }
