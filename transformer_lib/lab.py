@@ -80,7 +80,8 @@ def optimisers(model: nn.Module, lr: float, muon_lr: float,
     learning rate as ``"peak"``; a tied parameter appears once. Chapter 7."""
     named = dict(model.named_parameters())      # the tied output matrix once, as tok_emb.weight
     muon = [p for n, p in named.items() if muon_lr > 0 and p.dim() == 2 and n.startswith("blocks.")]
-    rest = [p for p in named.values() if id(p) not in {id(q) for q in muon}]
+    muon_ids = {id(p) for p in muon}
+    rest = [p for p in named.values() if id(p) not in muon_ids]
     groups = [dict(params=[p for p in rest if p.dim() >= 2], weight_decay=weight_decay, peak=lr),
               dict(params=[p for p in rest if p.dim() < 2], weight_decay=0.0, peak=lr)]
     found = [torch.optim.AdamW([g for g in groups if g["params"]], lr=lr, betas=(0.9, 0.99), foreach=True)]
