@@ -240,7 +240,7 @@ class MultiHeadAttention(nn.Module):
         """The one place that chooses the path: the fused kernel unless ``fused`` is False, the
         weights are asked for, a hook reads q, k, v, the scores or the pattern, or torch is
         counting or transforming (``_torch_state``). Chapter 9."""
-        if not self.fused or return_weights or any(p._forward_hooks for p in self._explicit_points):
+        if not self.fused or return_weights or any(p.active for p in self._explicit_points):
             return False
         return not (_torch_state.dispatch_mode_active() or _torch_state.transform_active())
 
