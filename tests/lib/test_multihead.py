@@ -193,7 +193,7 @@ def test_hooks_on_the_projections_see_their_own_calls():
         hooked = m(x)
         ref = make(16, 4, n_kv_heads=2, causal=True)
         ref.k_proj.weight.zero_(), ref.k_proj.bias.zero_()          # keys 0: every weight uniform
-        torch.testing.assert_close(hooked, ref(x), **TOL)
+        torch.testing.assert_close(hooked, ref_mha(ref, x), **TOL)
     handle.remove()
     with torch.no_grad():
         torch.testing.assert_close(m(x), out, atol=1e-12, rtol=0)     # the one product again
@@ -214,7 +214,7 @@ def test_a_replaced_projection_is_called_as_it_is():
         swapped.load_state_dict(m.k_proj.state_dict())
         m.k_proj = swapped
         ref.k_proj.weight.zero_(), ref.k_proj.bias.zero_()
-        torch.testing.assert_close(m(x), ref(x), **TOL)
+        torch.testing.assert_close(m(x), ref_mha(ref, x), **TOL)
 
 
 # ------------------------------------------------------------------ GQA
