@@ -122,9 +122,23 @@ KERNEL = textwrap.dedent('''
     report["loader"] = list(_grading_watch_secrets.__defaults__[1])
     _grading_watch_secrets.__code__
     report["loader_again"] = _grading_watch_secrets.__defaults__[1][1:]
+    # A cell's time limit: the interrupt lands in the check's profile hook (the notebook's function asks for
+    # it, and the hook is the next Python code to run), so CPython switches the hook off, which the
+    # watch sees as the notebook's sys.setprofile. The interrupted check owns that finding, not the next.
+    import _thread
+    from transformer_lib.grading._calls import call
+    student = {"interrupt": _thread.interrupt_main}
+    exec(compile("def late():\\n    interrupt()\\n    return 1\\n", "/tmp/ipykernel_0/y.py", "exec"), student)
+    try:
+        call(student["late"])
+    except KeyboardInterrupt:
+        report["interrupted"] = True
+    report["after_interrupt"] = str(ask_watch())
+
     exec(compile("import torch\\ntorch.Tensor.detach = lambda self: self\\n", "/tmp/ipykernel_0/x.py", "exec"), {})
     found = ask_watch()
     report["rebound"] = [found.detail, found.where[0]]
+
     print(json.dumps(report))
 ''')
 
@@ -142,6 +156,7 @@ def test_the_kernel_s_watch_hands_each_cell_s_secrets_out_once_and_notes_tamperi
     assert report["after_asking"] == "the notebook's code asked for a check cell's inputs" and report["again"] == "None"
     assert report["loader"] == [{"seed": "s", "nonce": "n", "record": "/r"}] and report["loader_again"] == [None]
     assert report["rebound"] == ["torch.Tensor.detach was replaced", 2]
+    assert report["interrupted"] and report["after_interrupt"] == "None"
 
 
 def test_work_sent_to_torch_s_own_threads_is_noticed():

@@ -238,7 +238,8 @@ def call(fn: Any, *args: Any, banned: tuple[str, ...] = (), lookups: bool = Fals
             result = capture(result)
     except NotImplementedError:
         error = StudentError("not_implemented")
-    except KeyboardInterrupt:  # the cell's time limit
+    except KeyboardInterrupt:  # the cell's time limit: what the watch noted during the call belongs to it, as below
+        ask_watch()  # (an interrupt that lands in the profile hook makes CPython switch it off: sys.setprofile)
         raise
     except StudentError as err:  # the result is an object of the notebook's (see capture)
         error = err
