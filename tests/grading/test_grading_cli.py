@@ -6,10 +6,10 @@ deleted check cells, checks monkeypatched (module attributes, or ``sys.modules``
 real checks with correct answers, a million printed lines, warnings, a hard-coded visible
 answer, the hidden tests smuggled into the feedback (plain, reversed, base64, as a class name),
 forged events, daemons, files that are not notebooks and output names that collide; it and the
-run a submission stops by SIGTERM use ``--sandbox none``. A run with short limits (started
-first, in the background: it mostly waits) covers the time limits and a forged ``kernel_pid``;
-it uses the sandbox where bubblewrap works. (Every notebook, correct, blank and attacked, is graded
-sandboxed in test_grading_notebooks.py.)
+run a submission stops by SIGTERM use ``--sandbox none``. A run with short limits, started
+first in the background (``limits`` in conftest.py: it mostly waits), covers the time limits and a
+forged ``kernel_pid``; it is judged in test_grading_time_limits.py, after the sandbox's tests.
+(Every notebook, correct, blank and attacked, is graded sandboxed in test_grading_notebooks.py.)
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ import psutil
 import pytest
 
 from repo_paths import REPO
-from submissions.adversarial import FULL, SOURCE, build, sigterm, time_limits
+from submissions.adversarial import FULL, SOURCE, build, sigterm
 from transformer_lib.grading.prepare.notebook import check_cells, grade_id, read
 
 GRADE_IDS = [grade_id(c) for _, c in check_cells(read(SOURCE))]
@@ -46,29 +46,7 @@ def _rows(out) -> dict[str, dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def limits(tmp_path_factory):
-    """The short-limits run, in the background; an unrelated process it must not kill."""
-    victim = subprocess.Popen(["sleep", "600"], start_new_session=True)
-    subs, out = tmp_path_factory.mktemp("limits"), tmp_path_factory.mktemp("limits_out")
-    expected = time_limits(subs, victim.pid)
-    # Both limits are wall-clock times, and a busy machine stretches everything. The setup cell
-    # (torch's import) must stay under --cell-timeout: under load, with the main run beside this
-    # one, it once took more than 10 s, and a trivial cell after it too. And loop_forever must end
-    # within --timeout although its loop uses up --cell-timeout: the rest gets 100 s (with 55 s, a
-    # CI run beside the main suite once lost a later check of loop_forever to the limit). The run is
-    # sandboxed where bubblewrap works (as in CI): as root, its kernels are forked from a warm
-    # process that has imported torch already, so the setup cell is quick even under load.
-    proc = subprocess.Popen(_command(SOURCE, subs, "--out", out, "--jobs", "2", "--cell-timeout", "20",
-                                     "--timeout", "120", "--quiet"),
-                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    yield expected, proc, out, victim
-    for p in (proc, victim):
-        p.kill()
-        p.wait()
-
-
-@pytest.fixture(scope="module")
-def graded(tmp_path_factory, limits):
+def graded(tmp_path_factory, limits):  # the short-limits run (conftest.py) starts first, and waits beside this file
     subs, out = tmp_path_factory.mktemp("submissions"), tmp_path_factory.mktemp("out")
     pid_file = tmp_path_factory.mktemp("daemons") / "pids"
     expected = build(subs, pid_file)
@@ -205,20 +183,3 @@ def test_sigterm_writes_partial_reports(tmp_path):
     assert (rows["a_correct"]["total"], rows["a_correct"]["notes"]) == (str(FULL), "")
     assert rows["b_sigterm"]["total"] == "0" and "interrupted" in rows["b_sigterm"]["notes"]
     assert "interrupted" in (out / "b_sigterm" / "feedback.md").read_text(encoding="utf-8")
-
-
-def test_time_limits_and_a_forged_kernel_pid(limits):  # last: the run has been waiting in the background
-    expected, proc, out, victim = limits
-    stdout, stderr = proc.communicate(timeout=900)
-    assert proc.returncode == 0, stderr[-3000:]
-    rows = _rows(out)
-    for name, (score, note) in expected.items():
-        row = rows[name]
-        assert float(row["total"]) == score and note in row["notes"], (
-            f"{name}: {row['total']} points, expected {score}; notes: {row['notes']!r}; "
-            f"per check: { {g: row[g] for g in GRADE_IDS} }")
-    assert "ran longer than 120 s and was stopped" in rows["ignores_interrupts"]["notes"]
-    assert rows["ignores_interrupts"]["check_hand_weights"] == "2"
-    assert rows["ignores_interrupts"]["check_attention"] == "0"
-    assert "ran longer than 20 s and was interrupted" in rows["loop_forever"]["notes"]
-    assert victim.poll() is None, "the grader killed a process named by a forged kernel_pid"

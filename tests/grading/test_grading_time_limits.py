@@ -1,0 +1,30 @@
+"""The short-limits grading run (``limits``, conftest.py), judged: a cell over ``--cell-timeout`` is
+interrupted and scores 0, the checks after it are graded; a kernel that ignores the interrupt is
+stopped at ``--timeout``; a submission that forges the ``kernel_pid`` its worker reports cannot make
+the grader kill another process. The run was started by test_grading_cli.py and has run in the
+background since; this file comes after the sandbox's tests in the same unit (tests/conftest.py)."""
+from __future__ import annotations
+
+import csv
+
+from submissions.adversarial import SOURCE
+from transformer_lib.grading.prepare.notebook import check_cells, grade_id, read
+
+GRADE_IDS = [grade_id(c) for _, c in check_cells(read(SOURCE))]
+
+
+def test_time_limits_and_a_forged_kernel_pid(limits):
+    expected, proc, out, logs, victim = limits
+    assert proc.wait(timeout=900) == 0, (logs / "stderr").read_text(errors="replace")[-3000:]
+    with open(out / "grades.csv", newline="", encoding="utf-8") as fh:
+        rows = {row["submission"]: row for row in csv.DictReader(fh)}
+    for name, (score, note) in expected.items():
+        row = rows[name]
+        assert float(row["total"]) == score and note in row["notes"], (
+            f"{name}: {row['total']} points, expected {score}; notes: {row['notes']!r}; "
+            f"per check: { {g: row[g] for g in GRADE_IDS} }")
+    assert "ran longer than 120 s and was stopped" in rows["ignores_interrupts"]["notes"]
+    assert rows["ignores_interrupts"]["check_hand_weights"] == "2"
+    assert rows["ignores_interrupts"]["check_attention"] == "0"
+    assert "ran longer than 20 s and was interrupted" in rows["loop_forever"]["notes"]
+    assert victim.poll() is None, "the grader killed a process named by a forged kernel_pid"
