@@ -42,9 +42,11 @@ def _normalised(command: str) -> str:
 
 
 def makefile_installs() -> list[str]:
-    """The `pip install` commands of `make install`'s recipe, in order."""
-    return [ln.strip() for ln in (REPO / "Makefile").read_text().splitlines()
-            if ln.startswith("\t$(BIN)/pip install") and "$(MUTMUT)" not in ln]
+    """The `pip install` commands of `make install`'s recipe, in order (the commands of a recipe line
+    split at the shell's `&`, `&&` and `;`; continued lines joined)."""
+    lines = (REPO / "Makefile").read_text().replace("\\\n", " ").splitlines()
+    commands = [part.strip() for ln in lines if ln.startswith("\t") for part in re.split(r"&&|;|&", ln)]
+    return [c for c in commands if c.startswith("$(BIN)/pip install") and "$(MUTMUT)" not in c]
 
 
 def bash_installs(text: str) -> list[str]:

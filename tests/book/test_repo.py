@@ -146,10 +146,12 @@ def test_each_requirements_file_is_closed_under_its_dependencies(index):
     """Whatever a package in requirements/X.txt depends on (installed metadata, markers evaluated)
     is pinned in X.txt or an earlier file: runtime.txt alone installs a working runtime, and
     runtime + book a working book build. torch is the one package installed on its own, with
-    --no-deps: its own dependencies must be pinned in runtime.txt."""
+    --no-deps: its own dependencies must be pinned in runtime.txt. And no package pinned here depends
+    on torch: `make install` installs torch and requirements.txt side by side, so pip, resolving
+    requirements.txt, would fetch a torch of its own (the CUDA build) for such a package."""
     allowed = {"torch"}.union(*(_pins(name) for name in REQ_FILES[: index + 1]))
     own = _pins(REQ_FILES[index]) | ({"torch": ""} if index == 0 else {})
-    missing = {}
+    missing, on_torch = {}, set()
     stack = [(pkg, ()) for pkg in own]
     done = set()
     while stack:
@@ -158,12 +160,15 @@ def test_each_requirements_file_is_closed_under_its_dependencies(index):
             continue
         done.add((pkg, extras))
         for dep, dep_extras in _requires(pkg, extras):
+            if dep == "torch":
+                on_torch.add(pkg)
             if dep not in allowed:
                 missing.setdefault(dep, pkg)
             else:
                 stack.append((dep, dep_extras))
     assert not missing, (f"requirements/{REQ_FILES[index]}.txt: dependencies pinned in no file it may use "
                          f"(dependency <- needed by): {missing}")
+    assert not on_torch, f"requirements/{REQ_FILES[index]}.txt: {sorted(on_torch)} depend on torch (see the Makefile)"
 
 
 def test_glue_does_not_compile_grammars_on_import():
