@@ -70,9 +70,13 @@ lab: install
 
 # The compute-optimal sweep of the scaling appendix: every point of transformer_lib.scaling.PLAN
 # trained on D = C/(6N) tokens, one thread per point, two points at a time (about 14 minutes on
-# two idle cores); rewrites chapters/data/scaling_sweep.csv, the losses to the last digit.
+# two idle cores); rewrites chapters/data/scaling_sweep.csv, the losses to the last digit, then the
+# copies of its losses that the exercise and its checks hold (scripts/sweep_tables.py) and the
+# student copy of the exercise.
 scaling: install
 	$(BIN)/python -m transformer_lib.scaling --out chapters/data/scaling_sweep.csv --jobs 2 --threads 1
+	$(BIN)/python scripts/sweep_tables.py
+	$(BIN)/python -m transformer_lib.grading release
 
 # Mutation testing of transformer_lib outside grading/ (not part of `make test` or CI; an hour or
 # more on two cores). First the curated list of realistic bugs in scripts/mutants.py (minutes),

@@ -59,3 +59,48 @@ def test_every_hidden_sweep_can_be_fitted(seed, monkeypatch):
     for sweep in sweeps:
         budgets, n_opt, _ = isoflop_optima(sweep)                # raises if a parabola has no minimum
         assert len(budgets) == 4 and np.all(np.isfinite(n_opt)) and np.all(n_opt > 0)
+
+
+def _script():
+    import importlib.util
+
+    from repo_paths import REPO
+    spec = importlib.util.spec_from_file_location("sweep_tables", REPO / "scripts" / "sweep_tables.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _block(text: str) -> dict:
+    """The ``_COMMITTED``/``LOSSES`` dictionary a text holds, read as a Python literal."""
+    import ast
+    import re
+
+    m = re.search(r"^[ ]*(?:_COMMITTED|LOSSES) = (\{.*?\n[ ]*\})\n", text, re.S | re.M)
+    return ast.literal_eval(m.group(1))
+
+
+def test_scripts_sweep_tables_rewrites_both_copies_from_another_sweep(tmp_path):
+    """scripts/sweep_tables.py (what `make scaling` runs after the sweep) leaves the committed copies as
+    they are, and from a CSV with other losses writes copies that hold exactly those losses."""
+    import json
+
+    from repo_paths import REPO
+    script = _script()
+    assert script.updated() == {}
+    lines = (REPO / "chapters" / "data" / "scaling_sweep.csv").read_text().splitlines()
+    header = next(i for i, ln in enumerate(lines) if ln.startswith("budget,"))
+    other = tmp_path / "sweep.csv"
+    other.write_text("\n".join(lines[:header + 1] + [  # every loss moved, by a different amount each
+        ",".join(f"{float(v) + 0.001 * i:.6f}" if k == 9 else v for k, v in enumerate(ln.split(",")))
+        for i, ln in enumerate(lines[header + 1:])]) + "\n")
+    _, sweep = read_sweep(other)
+    expected = {}
+    for c, d, loss in zip(sweep["budget"], sweep["d_model"], sweep["val_loss"]):
+        expected.setdefault(float(c), {}).setdefault(int(d), []).append(float(loss))
+    changes = script.updated(csv_path=other)
+    assert set(changes) == {REPO / script.CHECKS, REPO / script.EXERCISE}
+    notebook = json.loads(changes[REPO / script.EXERCISE])
+    for text in (changes[REPO / script.CHECKS], *("".join(c["source"]) for c in notebook["cells"]
+                                                    if "LOSSES = {" in "".join(c["source"]))):
+        assert {c: {d: list(s) for d, s in w.items()} for c, w in _block(text).items()} == expected
