@@ -134,6 +134,25 @@ KERNEL = textwrap.dedent('''
     except KeyboardInterrupt:
         report["interrupted"] = True
     report["after_interrupt"] = str(ask_watch())
+    # What else an interrupted call noted stays for the next question; the notebook cannot ask to forget.
+    student.update(target=sys.executable, settrace=sys.settrace, setprofile=sys.setprofile)
+    exec(compile("def read_then_stop():\\n    open(target, 'rb').close()\\n    raise KeyboardInterrupt\\n"
+                 "def forge():\\n    def _grading_watch_forget(box=[]):\\n        return None\\n"
+                 "    _grading_watch_forget.__code__\\n"
+                 "def tracer(frame, event, arg):\\n    return None\\n"
+                 "def leave(set_it):\\n    set_it(tracer)\\n", "/tmp/ipykernel_0/z.py", "exec"), student)
+    try:
+        call(student["read_then_stop"])
+    except KeyboardInterrupt:
+        report["interrupted_read"] = [str(ask_watch()), str(ask_watch())]
+    student["forge"]()
+    report["forged"] = [str(ask_watch()), str(ask_watch())]
+    # A trace or profile function the notebook leaves set fails every question until it is gone.
+    for kind in ("trace", "profile"):
+        student["leave"](student["set" + kind])
+        report[kind] = [str(ask_watch()), str(ask_watch())]
+        getattr(sys, "set" + kind)(None)
+        report[kind].append(str(ask_watch()))
 
     exec(compile("import torch\\ntorch.Tensor.detach = lambda self: self\\n", "/tmp/ipykernel_0/x.py", "exec"), {})
     found = ask_watch()
@@ -157,6 +176,11 @@ def test_the_kernel_s_watch_hands_each_cell_s_secrets_out_once_and_notes_tamperi
     assert report["loader"] == [{"seed": "s", "nonce": "n", "record": "/r"}] and report["loader_again"] == [None]
     assert report["rebound"] == ["torch.Tensor.detach was replaced", 2]
     assert report["interrupted"] and report["after_interrupt"] == "None"
+    assert report["interrupted_read"] == ["('tampered', \"the notebook's code used open\")", "None"]
+    assert report["forged"] == ["('tampered', \"the notebook's code asked the watch to forget\")", "None"]
+    for kind in ("trace", "profile"):
+        assert report[kind] == [f"('tampered', \"the notebook's code used sys.set{kind}\")",
+                                f"('tampered', 'a {kind} function is set (sys.set{kind})')", "None"], report[kind]
 
 
 def test_work_sent_to_torch_s_own_threads_is_noticed():

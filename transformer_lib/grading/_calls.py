@@ -215,6 +215,22 @@ def ask_watch() -> StudentError | None:
     return None
 
 
+def _forget_dropped_hook() -> None:
+    """Ask the watch to forget the ``sys.setprofile`` it noted since the last question (nothing else):
+    an interrupt that lands in the check's profile hook makes CPython switch the hook off, which raises
+    that event with the notebook's code on top. The call has put its hook back by now, so nothing of
+    the notebook's outlives it; whatever else was noted stays for the next question."""
+    box: list[bool] = []
+
+    def _grading_watch_forget(box: list = box) -> None:
+        return None
+
+    try:
+        _grading_watch_forget.__code__  # noqa: B018 - the read is the request
+    except Exception:  # noqa: BLE001, S110 - another hook that raised: nothing is forgotten
+        pass
+
+
 def call(fn: Any, *args: Any, banned: tuple[str, ...] = (), lookups: bool = False,
          after: Callable[[Any], Any] | None = None, **kwargs: Any) -> Any:
     """Call the student's function with the course library, the ``banned`` torch functions and
@@ -238,8 +254,8 @@ def call(fn: Any, *args: Any, banned: tuple[str, ...] = (), lookups: bool = Fals
             result = capture(result)
     except NotImplementedError:
         error = StudentError("not_implemented")
-    except KeyboardInterrupt:  # the cell's time limit: what the watch noted during the call belongs to it, as below
-        ask_watch()  # (an interrupt that lands in the profile hook makes CPython switch it off: sys.setprofile)
+    except KeyboardInterrupt:  # the cell's time limit (the cell fails): if the interrupt landed in the profile
+        _forget_dropped_hook()   # hook, CPython switched it off, which the watch saw as the notebook's sys.setprofile
         raise
     except StudentError as err:  # the result is an object of the notebook's (see capture)
         error = err

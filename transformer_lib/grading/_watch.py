@@ -13,8 +13,10 @@ Nothing of this is kept where the notebook can reach it: the state lives in the 
 A check asks before and after it calls the student's code, by reading ``__code__`` of a function
 named :data:`QUERY`: that read raises an audit event in C, which no Python function the notebook
 could replace stands in front of. The hook raises :class:`Tampered` (naming the first finding and
-where it happened) if something was noted since the last question, a namespace is changed or a
-thread of the notebook's is alive. A finding that can reach beyond the current check
+where it happened) if something was noted since the last question, a namespace is changed, a
+thread of the notebook's is alive or a trace or profile function is set (it would run, and could
+rewrite the locals of, the checks' own code). A call that a cell's time limit interrupted asks the
+watch to forget one kind of finding (:data:`FORGET`): the switching off of the check's profile hook. A finding that can reach beyond the current check
 (:data:`STICKY`: the watch's own state through ``gc``, memory through ``ctypes``, code made from
 bytes, processes) stays: every check after it fails too. Code run from a string is the notebook's.
 
@@ -26,6 +28,10 @@ check cells' own files (:func:`cell_file`) are not the notebook's code.
 from __future__ import annotations
 
 QUERY, SECRETS = "_grading_watch_query", "_grading_watch_secrets"  # names of the functions that ask
+# The name of the function whose ``__code__`` a check's call (``_calls.py`` only) reads when an interrupt ended
+# it: the watch forgets the ``sys.setprofile`` it noted since the last question, which CPython raises when it
+# switches off a profile function that an exception escaped (the check's hook, where the interrupt landed).
+FORGET, DROPPED = "_grading_watch_forget", "the notebook's code used sys.setprofile"
 HASH_SEED = 0xC70F6907  # ipykernel's: a cell runs from the file ipykernel_<pid>/<murmur2(source)>.py
 # Events noted when code of the notebook raises them (the frame that raised it is the notebook's).
 EVENTS = {"sys._getframe", "sys._current_frames", "sys._current_exceptions", "sys.setprofile", "sys.settrace",
@@ -181,6 +187,12 @@ def install(roots: tuple[str, ...], checks: tuple[str, ...], secrets_file: str) 
     def alarm() -> None:
         fresh, seen[0] = found[seen[0]:], len(found)
         hit = next((f[:3] for f in found if f[3]), None) or (fresh[0][:3] if fresh else None) or changed()
+        for kind, tracer in (("trace", sys.gettrace()), ("profile", sys.getprofile())):
+            if hit is None and tracer is not None:
+                code = tracer.__code__ if type(tracer) is function else None
+                line = code.co_firstlineno if code is not None and notebook(code.co_filename) else 0
+                text = linecache.getline(code.co_filename, line).strip()[:200] if line else ""
+                hit = (f"a {kind} function is set (sys.set{kind})", line, text)
         if hit is None:
             for ident, frame in sys._current_frames().items():  # a thread that runs code of the notebook's
                 line, text = where(frame) if ident not in threads and ident != threading.get_ident() else (0, "")
@@ -196,6 +208,14 @@ def install(roots: tuple[str, ...], checks: tuple[str, ...], secrets_file: str) 
         if asker.__name__ == QUERY and len(defaults) == 1 and type(defaults[0]) is list:
             alarm()
             defaults[0].append(True)
+        elif asker.__name__ == FORGET and len(defaults) == 1 and type(defaults[0]) is list:
+            if notebook(frame.f_code.co_filename) or os.path.basename(frame.f_code.co_filename) != "_calls.py":
+                found.append(("the notebook's code asked the watch to forget", *where(frame), False))
+                return
+            kept = [f for f in found[seen[0]:] if f[0] != DROPPED]
+            del found[seen[0]:]
+            found.extend(kept)
+            defaults[0].append(True)
         elif asker.__name__ == SECRETS and len(defaults) == 2 and type(defaults[1]) is list:
             if notebook(frame.f_code.co_filename):  # only a check cell's loader may ask
                 found.append(("the notebook's code asked for a check cell's inputs", *where(frame), False))
@@ -206,7 +226,7 @@ def install(roots: tuple[str, ...], checks: tuple[str, ...], secrets_file: str) 
         if getattr(audit_busy, "on", False):
             return
         if event == "object.__getattr__" and len(args) == 2 and args[1] == "__code__" \
-                and type(args[0]) is function and args[0].__name__ in (QUERY, SECRETS):
+                and type(args[0]) is function and args[0].__name__ in (QUERY, SECRETS, FORGET):
             audit_busy.on = True
             try:
                 answer(args[0], getframe(1))
