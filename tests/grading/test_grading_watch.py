@@ -147,12 +147,24 @@ KERNEL = textwrap.dedent('''
         report["interrupted_read"] = [str(ask_watch()), str(ask_watch())]
     student["forge"]()
     report["forged"] = [str(ask_watch()), str(ask_watch())]
+    # Nor can its code ask through the function call() asks with: the check's hook swapped out and back,
+    # then the request (the watch forgot every sys.setprofile since the last question for that, once).
+    from transformer_lib.grading._calls import _forget_dropped_hook
+    student.update(getprofile=sys.getprofile, forget=_forget_dropped_hook)
+    exec(compile("def sneaky(x):\\n    h = getprofile()\\n    setprofile(None)\\n    setprofile(h)\\n"
+                 "    forget()\\n    return x\\n", "/tmp/ipykernel_0/s.py", "exec"), student)
+    try:
+        call(student["sneaky"], 1)
+        report["sneaky"] = "passed"
+    except Exception as err:
+        report["sneaky"] = [err.detail, str(ask_watch())]
     # A trace or profile function the notebook leaves set fails every question until it is gone.
-    for kind in ("trace", "profile"):
-        student["leave"](student["set" + kind])
-        report[kind] = [str(ask_watch()), str(ask_watch())]
-        getattr(sys, "set" + kind)(None)
-        report[kind].append(str(ask_watch()))
+    import threading
+    for kind, where in (("trace", sys), ("profile", sys), ("trace", threading)):
+        student["leave"](getattr(where, "set" + kind))
+        report[kind + where.__name__] = [str(ask_watch()), str(ask_watch())]
+        getattr(where, "set" + kind)(None)
+        report[kind + where.__name__].append(str(ask_watch()))
 
     exec(compile("import torch\\ntorch.Tensor.detach = lambda self: self\\n", "/tmp/ipykernel_0/x.py", "exec"), {})
     found = ask_watch()
@@ -178,9 +190,12 @@ def test_the_kernel_s_watch_hands_each_cell_s_secrets_out_once_and_notes_tamperi
     assert report["interrupted"] and report["after_interrupt"] == "None"
     assert report["interrupted_read"] == ["('tampered', \"the notebook's code used open\")", "None"]
     assert report["forged"] == ["('tampered', \"the notebook's code asked the watch to forget\")", "None"]
+    assert report["sneaky"] == ["the notebook's code used sys.setprofile", "None"]
     for kind in ("trace", "profile"):
-        assert report[kind] == [f"('tampered', \"the notebook's code used sys.set{kind}\")",
-                                f"('tampered', 'a {kind} function is set (sys.set{kind})')", "None"], report[kind]
+        assert report[kind + "sys"] == [f"('tampered', \"the notebook's code used sys.set{kind}\")",
+                                        f"('tampered', 'a {kind} function is set (sys.set{kind})')", "None"]
+    # threading.settrace raises no audit event: only the standing check sees it
+    assert report["tracethreading"] == ["('tampered', 'a trace function is set (threading.settrace)')"] * 2 + ["None"]
 
 
 def test_work_sent_to_torch_s_own_threads_is_noticed():

@@ -216,10 +216,10 @@ def ask_watch() -> StudentError | None:
 
 
 def _forget_dropped_hook() -> None:
-    """Ask the watch to forget the ``sys.setprofile`` it noted since the last question (nothing else):
-    an interrupt that lands in the check's profile hook makes CPython switch the hook off, which raises
-    that event with the notebook's code on top. The call has put its hook back by now, so nothing of
-    the notebook's outlives it; whatever else was noted stays for the next question."""
+    """Ask the watch to forget its last finding if that is a ``sys.setprofile`` since the last question
+    (nothing else): an interrupt that lands in the check's profile hook makes CPython switch the hook
+    off, which raises that event with the notebook's code on top. Called by :func:`call` only (the
+    watch answers no other caller); whatever else was noted stays for the next question."""
     box: list[bool] = []
 
     def _grading_watch_forget(box: list = box) -> None:

@@ -14,9 +14,10 @@ A check asks before and after it calls the student's code, by reading ``__code__
 named :data:`QUERY`: that read raises an audit event in C, which no Python function the notebook
 could replace stands in front of. The hook raises :class:`Tampered` (naming the first finding and
 where it happened) if something was noted since the last question, a namespace is changed, a
-thread of the notebook's is alive or a trace or profile function is set (it would run, and could
-rewrite the locals of, the checks' own code). A call that a cell's time limit interrupted asks the
-watch to forget one kind of finding (:data:`FORGET`): the switching off of the check's profile hook. A finding that can reach beyond the current check
+thread of the notebook's is alive or a trace or profile function is set (``sys`` or ``threading``: it
+would run, and could rewrite the locals of, the checks' own code). A call that a cell's time limit
+interrupted asks the watch to forget one finding (:data:`FORGET`): the switching off of the check's
+profile hook. A finding that can reach beyond the current check
 (:data:`STICKY`: the watch's own state through ``gc``, memory through ``ctypes``, code made from
 bytes, processes) stays: every check after it fails too. Code run from a string is the notebook's.
 
@@ -28,9 +29,10 @@ check cells' own files (:func:`cell_file`) are not the notebook's code.
 from __future__ import annotations
 
 QUERY, SECRETS = "_grading_watch_query", "_grading_watch_secrets"  # names of the functions that ask
-# The name of the function whose ``__code__`` a check's call (``_calls.py`` only) reads when an interrupt ended
-# it: the watch forgets the ``sys.setprofile`` it noted since the last question, which CPython raises when it
-# switches off a profile function that an exception escaped (the check's hook, where the interrupt landed).
+# The name of the function whose ``__code__`` a check's call reads when an interrupt ended it (asked by
+# ``_forget_dropped_hook`` in ``call`` of ``_calls.py``, called by no code of the notebook's): the watch forgets
+# its last finding if that is a ``sys.setprofile`` since the last question, which CPython raises when it switches
+# off a profile function that an exception escaped (the check's hook, where the interrupt landed).
 FORGET, DROPPED = "_grading_watch_forget", "the notebook's code used sys.setprofile"
 HASH_SEED = 0xC70F6907  # ipykernel's: a cell runs from the file ipykernel_<pid>/<murmur2(source)>.py
 # Events noted when code of the notebook raises them (the frame that raised it is the notebook's).
@@ -187,12 +189,14 @@ def install(roots: tuple[str, ...], checks: tuple[str, ...], secrets_file: str) 
     def alarm() -> None:
         fresh, seen[0] = found[seen[0]:], len(found)
         hit = next((f[:3] for f in found if f[3]), None) or (fresh[0][:3] if fresh else None) or changed()
-        for kind, tracer in (("trace", sys.gettrace()), ("profile", sys.getprofile())):
+        for setter, tracer in (("sys.settrace", sys.gettrace()), ("sys.setprofile", sys.getprofile()),
+                               ("threading.settrace", threading.gettrace()),
+                               ("threading.setprofile", threading.getprofile())):
             if hit is None and tracer is not None:
                 code = tracer.__code__ if type(tracer) is function else None
                 line = code.co_firstlineno if code is not None and notebook(code.co_filename) else 0
                 text = linecache.getline(code.co_filename, line).strip()[:200] if line else ""
-                hit = (f"a {kind} function is set (sys.set{kind})", line, text)
+                hit = (f"a {setter.rpartition('set')[2]} function is set ({setter})", line, text)
         if hit is None:
             for ident, frame in sys._current_frames().items():  # a thread that runs code of the notebook's
                 line, text = where(frame) if ident not in threads and ident != threading.get_ident() else (0, "")
@@ -203,18 +207,26 @@ def install(roots: tuple[str, ...], checks: tuple[str, ...], secrets_file: str) 
             what, line, text = hit
             raise Tampered(f"{what}|{line}|{text}")
 
+    def calls(frame, name: str) -> bool:  # noqa: ANN001
+        """True if ``frame`` runs the function ``name`` of the checks' ``_calls.py`` (not the notebook's code)."""
+        code = frame.f_code
+        return not notebook(code.co_filename) and os.path.basename(code.co_filename) == "_calls.py" \
+            and code.co_name == name
+
     def answer(asker: object, frame) -> None:  # noqa: ANN001
         defaults = asker.__defaults__ or ()
         if asker.__name__ == QUERY and len(defaults) == 1 and type(defaults[0]) is list:
             alarm()
             defaults[0].append(True)
         elif asker.__name__ == FORGET and len(defaults) == 1 and type(defaults[0]) is list:
-            if notebook(frame.f_code.co_filename) or os.path.basename(frame.f_code.co_filename) != "_calls.py":
+            caller = frame.f_back  # call(), which the interrupt ended; and what called it: a check, never the notebook
+            outer = caller.f_back if caller is not None else None
+            if not (calls(frame, "_forget_dropped_hook") and caller is not None and calls(caller, "call")
+                    and outer is not None and not notebook(outer.f_code.co_filename)):
                 found.append(("the notebook's code asked the watch to forget", *where(frame), False))
                 return
-            kept = [f for f in found[seen[0]:] if f[0] != DROPPED]
-            del found[seen[0]:]
-            found.extend(kept)
+            if len(found) > seen[0] and found[-1][0] == DROPPED:
+                found.pop()  # the last finding, CPython's: nothing of the notebook's ran after it
             defaults[0].append(True)
         elif asker.__name__ == SECRETS and len(defaults) == 2 and type(defaults[1]) is list:
             if notebook(frame.f_code.co_filename):  # only a check cell's loader may ask
