@@ -9,12 +9,12 @@ tests/conftest.py) works meanwhile instead of waiting.
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import pytest
 
 from repo_paths import REPO
 from submissions.adversarial import SOURCE, time_limits
+from submissions.helpers import grade_command
 
 
 @pytest.fixture(scope="session")
@@ -33,8 +33,7 @@ def limits(tmp_path_factory):
     # CI run beside the main suite once lost a later check of loop_forever to the limit). The run is
     # sandboxed where bubblewrap works (as in CI): as root, its kernels are forked from a warm
     # process that has imported torch already, so the setup cell is quick even under load.
-    command = [sys.executable, "-m", "transformer_lib.grading", "grade", str(SOURCE), str(subs), "--out", str(out),
-               "--jobs", "2", "--cell-timeout", "20", "--timeout", "120", "--quiet"]
+    command = grade_command(SOURCE, subs, out, "--jobs", "2", "--cell-timeout", "20", "--timeout", "120", "--quiet")
     with open(logs / "stdout", "w") as stdout, open(logs / "stderr", "w") as stderr:
         proc = subprocess.Popen(command, cwd=REPO, stdout=stdout, stderr=stderr, text=True)
     yield expected, proc, out, logs, victim

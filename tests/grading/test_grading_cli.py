@@ -13,7 +13,6 @@ forged ``kernel_pid``; it is judged in test_grading_time_limits.py, after the sa
 """
 from __future__ import annotations
 
-import csv
 import json
 import re
 import subprocess
@@ -24,25 +23,15 @@ import psutil
 import pytest
 
 from repo_paths import REPO
-from submissions.adversarial import FULL, SOURCE, build, sigterm
-from transformer_lib.grading.prepare.notebook import check_cells, grade_id, read
-
-GRADE_IDS = [grade_id(c) for _, c in check_cells(read(SOURCE))]
+from submissions.adversarial import FULL, GRADE_IDS, SOURCE, build, sigterm
+from submissions.helpers import grade_command, grades
 GENEROUS = ("--cell-timeout", "120", "--timeout", "600")
 UNSANDBOXED = ("--sandbox", "none")  # the defences that hold without bubblewrap (the sandbox: test_grading_sandbox.py)
 
 
-def _command(source, *args: str) -> list[str]:
-    return [sys.executable, "-m", "transformer_lib.grading", "grade", str(source), *map(str, args)]
-
-
-def _grade(*args: str, source=SOURCE) -> subprocess.CompletedProcess:
-    return subprocess.run(_command(source, *args), cwd=REPO, capture_output=True, text=True, timeout=900)
-
-
-def _rows(out) -> dict[str, dict[str, str]]:
-    with open(out / "grades.csv", newline="", encoding="utf-8") as fh:
-        return {row["submission"]: row for row in csv.DictReader(fh)}
+def _grade(subs, out, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(grade_command(SOURCE, subs, out, *args), cwd=REPO, capture_output=True, text=True,
+                          timeout=900)
 
 
 @pytest.fixture(scope="module")
@@ -50,9 +39,9 @@ def graded(tmp_path_factory, limits):  # the short-limits run (conftest.py) star
     subs, out = tmp_path_factory.mktemp("submissions"), tmp_path_factory.mktemp("out")
     pid_file = tmp_path_factory.mktemp("daemons") / "pids"
     expected = build(subs, pid_file)
-    result = _grade(subs, "--out", out, "--jobs", "2", *GENEROUS, *UNSANDBOXED)
+    result = _grade(subs, out, "--jobs", "2", *GENEROUS, *UNSANDBOXED)
     assert result.returncode == 0, result.stderr[-3000:]
-    return expected, _rows(out), out, result, pid_file
+    return expected, grades(out), out, result, pid_file
 
 
 def test_progress_bar_and_summary(graded):
@@ -176,10 +165,10 @@ def test_sigterm_writes_partial_reports(tmp_path):
     subs, out = tmp_path / "subs", tmp_path / "out"
     subs.mkdir()
     sigterm(subs)
-    result = _grade(subs, "--out", out, "--jobs", "1", "--quiet", *GENEROUS, *UNSANDBOXED)
+    result = _grade(subs, out, "--jobs", "1", "--quiet", *GENEROUS, *UNSANDBOXED)
     assert result.returncode == 130, result.stderr[-3000:]
     assert "partial reports written" in result.stderr and "1 of 2 submissions graded" in result.stderr
-    rows = _rows(out)
+    rows = grades(out)
     assert (rows["a_correct"]["total"], rows["a_correct"]["notes"]) == (str(FULL), "")
     assert rows["b_sigterm"]["total"] == "0" and "interrupted" in rows["b_sigterm"]["notes"]
     assert "interrupted" in (out / "b_sigterm" / "feedback.md").read_text(encoding="utf-8")

@@ -14,13 +14,11 @@ in CI).
 """
 from __future__ import annotations
 
-import csv
 import json
 import os
 import secrets
 import socket
 import subprocess
-import sys
 import time
 
 import psutil
@@ -29,7 +27,7 @@ import pytest
 from repo_paths import REPO
 from submissions import sandbox_attacks as attacks
 from submissions.adversarial import FULL, SOURCE
-from submissions.helpers import as_handed_in
+from submissions.helpers import as_handed_in, grade_command, grades
 from transformer_lib.grading.run import sandbox, slots
 from transformer_lib.grading.prepare.notebook import dumps, read, release
 
@@ -42,13 +40,7 @@ MARKER = f"sbx{secrets.token_hex(4)}"  # the name the fork bomb's and the memory
 
 
 def _command(subs, out, *args: str) -> list[str]:
-    return [sys.executable, "-m", "transformer_lib.grading", "grade", str(SOURCE), str(subs), "--out", str(out),
-            "--jobs", "2", *LIMITS, *args]
-
-
-def _rows(out) -> dict[str, dict[str, str]]:
-    with open(out / "grades.csv", newline="", encoding="utf-8") as fh:
-        return {row["submission"]: row for row in csv.DictReader(fh)}
+    return grade_command(SOURCE, subs, out, "--jobs", "2", *LIMITS, *args)
 
 
 @pytest.fixture(scope="module")
@@ -135,7 +127,7 @@ def _softmax_message(out, name: str) -> str:
 def test_what_the_grader_allows_earns_its_points(sandboxed, name):
     returncode, _, stderr, out = sandboxed
     assert returncode == 0, stderr[-3000:]
-    row = _rows(out)[name]
+    row = grades(out)[name]
     assert (row["total"], row["notes"]) == (str(FULL), ""), row
 
 
@@ -148,7 +140,7 @@ def test_each_attack_fails_in_the_sandbox(sandboxed, name):
     fork bomb keeps only the 4 points of 2.1)."""
     returncode, _, stderr, out = sandboxed
     assert returncode == 0, stderr[-3000:]
-    row = _rows(out)[name]
+    row = grades(out)[name]
     total = 4 if name == "fork_bomb" else FULL - 2
     assert (row["total"], row["check_stable_softmax"], row["notes"]) == (str(total), "0", ""), row
     message = _softmax_message(out, name)
@@ -160,13 +152,13 @@ def test_each_attack_fails_in_the_sandbox(sandboxed, name):
 def test_the_grader_survives_and_nothing_was_written_outside(sandboxed, outside_files):
     returncode, stdout, stderr, out = sandboxed
     assert returncode == 0 and "reports written" in stdout, stderr[-3000:]
-    assert _rows(out)["blank"]["total"] == "0"
+    assert grades(out)["blank"]["total"] == "0"
     assert not [f for f in outside_files if os.path.exists(f)]
 
 
 @needs_bwrap
 def test_memory_over_the_limit_stops_the_submission_with_a_note(sandboxed):
-    row = _rows(sandboxed[3])["memory_hog"]
+    row = grades(sandboxed[3])["memory_hog"]
     assert row["total"] == "6" and "used more memory than allowed and was stopped" in row["notes"], row
     assert row["check_stable_softmax"] == "2" and row["check_attention"] == "0"
 
@@ -188,14 +180,14 @@ def test_without_the_sandbox_the_same_attacks_succeed(unsandboxed, name):
     """The attack raises where it succeeds, so stable_softmax is never defined."""
     result, out, _, _ = unsandboxed
     assert result.returncode == 0, result.stderr[-3000:]
-    row = _rows(out)[name]
+    row = grades(out)[name]
     assert row["total"] == str(FULL - 2) and row["check_stable_softmax"] == "0", (row["notes"], row)
     assert "(judged without regard to that: the check cell raised NameError" in _softmax_message(out, name)
 
 
 def test_without_the_sandbox_the_memory_limit_still_holds(unsandboxed):
     result, out, before, written = unsandboxed
-    rows = _rows(out)
+    rows = grades(out)
     assert (rows["allocate_64_gb"]["total"], rows["correct"]["total"]) == (str(FULL), str(FULL)), rows
     assert before == [False, False] and written == [True, True]
 

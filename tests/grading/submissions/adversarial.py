@@ -19,6 +19,7 @@ from .wrong import WRONG
 REPO = Path(__file__).resolve().parents[3]
 SOURCE = REPO / "exercises" / "source" / "02_building_up_attention.ipynb"
 FULL = sum(cell.metadata["nbgrader"]["points"] for _, cell in check_cells(read(SOURCE)))
+GRADE_IDS = [grade_id(c) for _, c in check_cells(read(SOURCE))]
 
 # Submission A of the audit: the student's own answers are wrong, and a cell re-points every
 # check at the real one, called with correct answers computed here (so the records would be right).

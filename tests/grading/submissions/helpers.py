@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import csv
 import io
 import linecache
 import os
+import sys
 import tempfile
 import textwrap
 from pathlib import Path
@@ -19,6 +21,18 @@ from transformer_lib.grading.prepare.notebook import (BEGIN_SOLUTION, END_SOLUTI
                                               regions, strip_hidden)
 from transformer_lib.grading.prepare.submission import for_kernel
 from transformer_lib.grading.protocol import load_calls
+
+
+def grade_command(source, subs, out, *args) -> list[str]:
+    """The instructor's command line: grade the folder ``subs`` against ``source`` into ``out``."""
+    return [sys.executable, "-m", "transformer_lib.grading", "grade", str(source), str(subs), "--out", str(out),
+            *map(str, args)]
+
+
+def grades(out) -> dict[str, dict[str, str]]:
+    """``{submission: row}`` of the ``grades.csv`` a grading run wrote into ``out``."""
+    with open(Path(out) / "grades.csv", newline="", encoding="utf-8") as fh:
+        return {row["submission"]: row for row in csv.DictReader(fh)}
 
 
 def substitute(nb, edits: dict[str, str]):
