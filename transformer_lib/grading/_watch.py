@@ -165,6 +165,12 @@ def install(roots: tuple[str, ...], checks: tuple[str, ...], secrets_file: str) 
             return 0, ""
         return frame.f_lineno, linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()[:200]
 
+    def defined_at(code) -> tuple[int, str]:  # noqa: ANN001
+        """The line number and text where the notebook's ``code`` starts (0, "" if it is not the notebook's)."""
+        if code is None or not notebook(code.co_filename):
+            return 0, ""
+        return code.co_firstlineno, linecache.getline(code.co_filename, code.co_firstlineno).strip()[:200]
+
     def changed() -> tuple[str, int, str] | None:
         for name, current, kept, exact in spaces:
             for key, value in kept.items():
@@ -176,11 +182,7 @@ def install(roots: tuple[str, ...], checks: tuple[str, ...], secrets_file: str) 
                     if code is not None and not notebook(code.co_filename) and new.__dict__.get("__wrapped__") is value:
                         kept[key] = new  # torch wrapping its own function (torch._dynamo wraps manual_seed)
                         continue
-                    line, text = 0, ""
-                    if code is not None and notebook(code.co_filename):
-                        line = code.co_firstlineno
-                        text = linecache.getline(code.co_filename, line).strip()[:200]
-                    return f"{name}.{key} was replaced", line, text
+                    return (f"{name}.{key} was replaced", *defined_at(code))
             if exact and len(current) != len(kept):
                 extra = sorted(set(current) - set(kept))
                 return f"{name}.{extra[0] if extra else '?'} was added", 0, ""
@@ -193,10 +195,8 @@ def install(roots: tuple[str, ...], checks: tuple[str, ...], secrets_file: str) 
                                ("threading.settrace", threading.gettrace()),
                                ("threading.setprofile", threading.getprofile())):
             if hit is None and tracer is not None:
-                code = tracer.__code__ if type(tracer) is function else None
-                line = code.co_firstlineno if code is not None and notebook(code.co_filename) else 0
-                text = linecache.getline(code.co_filename, line).strip()[:200] if line else ""
-                hit = (f"a {setter.rpartition('set')[2]} function is set ({setter})", line, text)
+                hit = (f"a {setter.rpartition('set')[2]} function is set ({setter})",
+                       *defined_at(tracer.__code__ if type(tracer) is function else None))
         if hit is None:
             for ident, frame in sys._current_frames().items():  # a thread that runs code of the notebook's
                 line, text = where(frame) if ident not in threads and ident != threading.get_ident() else (0, "")
