@@ -19,6 +19,8 @@ import re
 import sys
 from pathlib import Path
 
+from transformer_lib.scaling import read_sweep
+
 REPO = Path(__file__).resolve().parents[1]
 CHECKS = Path("transformer_lib/grading/checks/ch12_scaling.py")
 EXERCISE = Path("exercises/source/appendix_scaling.ipynb")
@@ -29,9 +31,6 @@ BLOCK = re.compile(r"(\n(?P<indent>[ ]*)(?P<name>_COMMITTED|LOSSES) = \{\n)(.*?)
 
 def table(csv_path: Path) -> dict[float, dict[int, list[float]]]:
     """``{budget: {width: [loss of seed 0, 1, …]}}`` of a sweep's CSV, in the file's order."""
-    sys.path.insert(0, str(REPO))
-    from transformer_lib.scaling import read_sweep
-
     _, sweep = read_sweep(csv_path)
     out: dict[float, dict[int, dict[int, float]]] = {}
     for c, d, seed, loss in zip(sweep["budget"], sweep["d_model"], sweep["seed"], sweep["val_loss"]):
@@ -76,11 +75,10 @@ def rewritten(text: str, losses: dict[float, dict[int, list[float]]]) -> str:
 def updated(repo: Path = REPO, csv_path: Path | None = None) -> dict[Path, str]:
     """``{path: new text}`` of the copies whose text differs from what the CSV gives."""
     losses = table(csv_path or repo / "chapters" / "data" / "scaling_sweep.csv")
-    out = {}
     checks = repo / CHECKS
     text = checks.read_text(encoding="utf-8")
-    if rewritten(text, losses) != text:
-        out[checks] = rewritten(text, losses)
+    new_text = rewritten(text, losses)
+    out = {checks: new_text} if new_text != text else {}
     notebook = repo / EXERCISE
     text = notebook.read_text(encoding="utf-8")
     nb = json.loads(text)
